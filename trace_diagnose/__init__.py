@@ -1,0 +1,1 @@
+"""trace_diagnose: from agent trajectories to a capability diagnosis (TRACE stage 1)."""

@@ -1,0 +1,1 @@
+"""trace_train: GRPO-LoRA capability adapters and their composition (TRACE stages 3-4)."""
