@@ -1,0 +1,482 @@
+"""analyze: from label runs to a capability selection (pure Python, no LLM).
+
+Public API::
+
+    load_label_runs(paths_or_glob) -> list[LabelRun]     # ours or the paper's run_XX.json
+    labels_from_ground_truth(trajectories, capabilities) -> list[LabelRun]
+    analyze(runs, descriptions=None, *, rho=0.10, delta=0.20, k_consistency=None,
+            trajectories=None) -> dict                  # the analysis.json content
+
+**The paper's rule, exactly** (ARCHITECTURE section 4; `aggregate_capabilities.py`): for
+each run r and capability c, with lf/pf/lp/pp the LACKING/PRESENT counts among failed and
+passed trajectories (NA excluded from the rates): `Cov = lf / total_failed`,
+`ER- = lf/(lf+pf)`, `ER+ = lp/(lp+pp)`, `delta = ER- - ER+`. A run passes when
+`Cov >= rho and delta >= delta_min` (both inclusive; an undefined rate fails the run). c is
+selected when it passes in at least `k_consistency` runs (default 8 of 10, i.e.
+`ceil(0.8 * n_runs)`), ordered by mean delta (descending). Means and population standard
+deviations are over the runs where the value is defined. `selected_capabilities` reproduces
+the paper's `selected_capabilities.json` entries.
+
+**On top** (over the per-trajectory majority label across runs; a tie counts as NA):
+Wilson intervals for ER- and ER+, a Newcombe interval for delta, a one-sided Fisher exact
+test (LACKING over-represented among failures) with Benjamini-Hochberg q-values, mean
+pairwise Cohen's kappa across runs, a greedy cumulative failure-coverage curve and the
+failures no core capability explains. A paper-selected capability with fewer than
+`MIN_FAIL_NON_NA` non-NA failures, fewer than `MIN_LACKING` lacking failures or no non-NA
+success gets the verdict "insufficient evidence" and is left out of `core`, the list
+map-envs and the report treat as the diagnosis.
+
+Label runs: `run_XX.json` files holding, per capability, the six id lists
+`lacking_failed, present_failed, na_failed, lacking_passed, present_passed, na_passed` and
+`totals`. Ours add `format`, `unlabelled` (trajectory id -> reason; excluded from every
+statistic) and `evidence`.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .schema import Trajectory
+from .stats import benjamini_hochberg, cohen_kappa, fisher_greater, mean_std, newcombe, wilson
+
+RHO = 0.10  # coverage threshold (paper)
+DELTA = 0.20  # contrastive-gap threshold (paper)
+CONSISTENCY = 0.8  # share of runs a capability must pass (8 of 10 in the paper)
+MIN_FAIL_NON_NA = 5  # fewer non-NA failures than this: "insufficient evidence"
+MIN_LACKING = 3  # fewer LACKING failures than this: "insufficient evidence"
+EXAMPLES = 8  # example failed cases kept per selected capability (paper)
+LISTS = (
+    "lacking_failed",
+    "present_failed",
+    "na_failed",
+    "lacking_passed",
+    "present_passed",
+    "na_passed",
+)
+RUN_FORMAT = "trace_diagnose.labels.v1"
+
+
+@dataclass
+class LabelRun:
+    """One labelling pass: verdicts per capability and trajectory, outcomes, exclusions."""
+
+    attempt: int
+    failed: list[str]
+    passed: list[str]
+    labels: dict[str, dict[str, str]]  # capability -> trajectory id -> PRESENT/LACKING/NA
+    unlabelled: dict[str, str] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    tasks: dict[str, str] = field(default_factory=dict)  # trajectory id -> task id
+
+    def to_json(self) -> dict[str, Any]:
+        """The run in the paper's layout, plus our extra keys."""
+        failed, passed = set(self.failed), set(self.passed)
+        labels = {}
+        for cap, verdicts in self.labels.items():
+            lists: dict[str, list[str]] = {k: [] for k in LISTS}
+            for tid in self.failed + self.passed:
+                verdict = verdicts.get(tid)
+                if verdict is None:
+                    continue
+                side = "failed" if tid in failed else "passed"
+                lists[f"{verdict.lower()}_{side}"].append(tid)
+            labels[cap] = lists
+        return {
+            "format": RUN_FORMAT,
+            "attempt": self.attempt,
+            "totals": {"total_failed": len(failed), "total_passed": len(passed)},
+            "labels": labels,
+            "unlabelled": self.unlabelled,
+            "tasks": self.tasks,
+            "evidence": self.evidence,
+        }
+
+
+def _run_from_json(data: Any, path: Path) -> LabelRun:
+    if not isinstance(data, dict) or not isinstance(data.get("labels"), dict):
+        raise ConfigError(f"{path}: not a label run (needs a 'labels' object of capabilities)")
+    failed: dict[str, None] = {}
+    passed: dict[str, None] = {}
+    labels: dict[str, dict[str, str]] = {}
+    for cap, lists in data["labels"].items():
+        missing = [k for k in LISTS if not isinstance(lists.get(k), list)]
+        if missing:
+            raise ConfigError(f"{path}: capability {cap!r} lacks the lists {', '.join(missing)}")
+        labels[cap] = {}
+        for key in LISTS:
+            verdict, side = key.split("_")
+            for tid in lists[key]:
+                labels[cap][str(tid)] = verdict.upper()
+                (failed if side == "failed" else passed)[str(tid)] = None
+    totals = data.get("totals") or {}
+    if totals and totals.get("total_failed") not in (None, len(failed)):
+        raise ConfigError(
+            f"{path}: totals.total_failed={totals['total_failed']} but the lists hold {len(failed)} failed ids"
+        )
+    return LabelRun(
+        attempt=int(data.get("attempt", 0)),
+        failed=list(failed),
+        passed=list(passed),
+        labels=labels,
+        unlabelled=dict(data.get("unlabelled") or {}),
+        evidence=dict(data.get("evidence") or {}),
+        tasks=dict(data.get("tasks") or {}),
+    )
+
+
+def load_label_runs(paths: str | Path | Iterable[str | Path]) -> list[LabelRun]:
+    """Load label runs from a glob pattern, a directory (its run_*.json) or a list of files."""
+    if isinstance(paths, (str, Path)):
+        p = Path(paths)
+        files = (
+            sorted(p.glob("run_*.json"))
+            if p.is_dir()
+            else sorted(Path(f) for f in glob.glob(str(paths)))
+        )
+    else:
+        files = [Path(f) for f in paths]
+    if not files:
+        raise ConfigError(f"no label runs match {paths!s} (expected files like run_01.json)")
+    runs = []
+    for f in files:
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{f}: cannot read label run ({exc})") from exc
+        runs.append(_run_from_json(data, f))
+    return runs
+
+
+def labels_from_ground_truth(
+    trajectories: list[Trajectory], capabilities: Iterable[str]
+) -> list[LabelRun]:
+    """Build one label run from trace_gym ground truth (no LLM).
+
+    A capability in `lacking_capabilities` is LACKING; in `required_capabilities` but not
+    lacking, PRESENT; otherwise NA. Trajectories without ground truth or without a known
+    outcome are recorded as unlabelled with the reason.
+    """
+    caps = list(capabilities)
+    run = LabelRun(attempt=1, failed=[], passed=[], labels={c: {} for c in caps})
+    for t in trajectories:
+        if not t.usable:
+            run.unlabelled[t.traj_id] = t.outcome.exclusion_reason or f"outcome {t.outcome.status}"
+            continue
+        if t.ground_truth is None:
+            run.unlabelled[t.traj_id] = "no ground truth (not a trace_gym episode)"
+            continue
+        (run.failed if t.outcome.status == "failure" else run.passed).append(t.traj_id)
+        run.tasks[t.traj_id] = t.task_id
+        for c in caps:
+            if c in t.ground_truth.lacking:
+                run.labels[c][t.traj_id] = "LACKING"
+            elif c in t.ground_truth.required:
+                run.labels[c][t.traj_id] = "PRESENT"
+            else:
+                run.labels[c][t.traj_id] = "NA"
+    return [run]
+
+
+def _rates(run: LabelRun, cap: str) -> dict[str, Any]:
+    verdicts = run.labels.get(cap, {})
+    count = Counter()
+    for tid in run.failed:
+        count[(verdicts.get(tid, "NA"), "f")] += 1
+    for tid in run.passed:
+        count[(verdicts.get(tid, "NA"), "p")] += 1
+    lf, pf = count[("LACKING", "f")], count[("PRESENT", "f")]
+    lp, pp = count[("LACKING", "p")], count[("PRESENT", "p")]
+    cov = lf / len(run.failed) if run.failed else None
+    er_minus = lf / (lf + pf) if lf + pf else None
+    er_plus = lp / (lp + pp) if lp + pp else None
+    delta = er_minus - er_plus if er_minus is not None and er_plus is not None else None
+    return {
+        "attempt": run.attempt,
+        "lf": lf,
+        "pf": pf,
+        "lp": lp,
+        "pp": pp,
+        "cov": cov,
+        "er_minus": er_minus,
+        "er_plus": er_plus,
+        "delta": delta,
+    }
+
+
+def paper_rule(
+    runs: list[LabelRun], cap: str, rho: float, delta_min: float, k: int
+) -> dict[str, Any]:
+    """Per-run coverage and delta, runs passed, means and population spreads for one capability."""
+    per_run = []
+    for run in runs:
+        r = _rates(run, cap)
+        r["passed"] = (
+            r["cov"] is not None
+            and r["delta"] is not None
+            and r["cov"] >= rho
+            and r["delta"] >= delta_min
+        )
+        per_run.append(r)
+    mean_cov, std_cov = mean_std([r["cov"] for r in per_run if r["cov"] is not None])
+    mean_delta, std_delta = mean_std([r["delta"] for r in per_run if r["delta"] is not None])
+    n_passed = sum(r["passed"] for r in per_run)
+    return {
+        "per_run": per_run,
+        "n_runs_passed": n_passed,
+        "n_runs_total": len(runs),
+        "passes_consistency": n_passed >= k,
+        "mean_cov": mean_cov,
+        "std_cov": std_cov,
+        "mean_delta": mean_delta,
+        "std_delta": std_delta,
+    }
+
+
+def consensus(runs: list[LabelRun], caps: list[str]) -> dict[str, dict[str, str]]:
+    """Majority verdict per capability and trajectory over the runs that labelled it (tie: NA)."""
+    out: dict[str, dict[str, str]] = {c: {} for c in caps}
+    for c in caps:
+        votes: dict[str, Counter] = {}
+        for run in runs:
+            for tid, v in run.labels.get(c, {}).items():
+                votes.setdefault(tid, Counter())[v] += 1
+        for tid, counter in votes.items():
+            (top, n1), *rest = counter.most_common()
+            out[c][tid] = "NA" if rest and rest[0][1] == n1 else top
+    return out
+
+
+def _pooled(verdicts: dict[str, str], failed: list[str], passed: list[str]) -> dict[str, Any]:
+    a = sum(verdicts.get(t) == "LACKING" for t in failed)
+    b = sum(verdicts.get(t) == "PRESENT" for t in failed)
+    c = sum(verdicts.get(t) == "LACKING" for t in passed)
+    d = sum(verdicts.get(t) == "PRESENT" for t in passed)
+    er_minus = a / (a + b) if a + b else None
+    er_plus = c / (c + d) if c + d else None
+    return {
+        "table": {
+            "lacking_failed": a,
+            "present_failed": b,
+            "lacking_passed": c,
+            "present_passed": d,
+        },
+        "coverage": a / len(failed) if failed else None,
+        "er_minus": er_minus,
+        "er_minus_ci": wilson(a, a + b),
+        "er_plus": er_plus,
+        "er_plus_ci": wilson(c, c + d),
+        "delta": er_minus - er_plus if er_minus is not None and er_plus is not None else None,
+        "delta_ci": newcombe(a, a + b, c, c + d),
+        "blame_precision": a / (a + c) if a + c else None,
+        "fisher_p": fisher_greater(a, b, c, d),
+    }
+
+
+def _kappa(runs: list[LabelRun], cap: str) -> dict[str, Any]:
+    kappas, agreements = [], []
+    for i in range(len(runs)):
+        for j in range(i + 1, len(runs)):
+            x, y = runs[i].labels.get(cap, {}), runs[j].labels.get(cap, {})
+            common = sorted(set(x) & set(y))
+            if not common:
+                continue
+            xs, ys = [x[t] for t in common], [y[t] for t in common]
+            agreements.append(sum(p == q for p, q in zip(xs, ys, strict=True)) / len(common))
+            k = cohen_kappa(xs, ys)
+            if k is not None:
+                kappas.append(k)
+    return {
+        "kappa_mean": sum(kappas) / len(kappas) if kappas else None,
+        "agreement_mean": sum(agreements) / len(agreements) if agreements else None,
+        "pairs": len(agreements),
+    }
+
+
+def _verdict(rule: dict[str, Any], pooled: dict[str, Any]) -> tuple[str, str]:
+    t = pooled["table"]
+    if not rule["passes_consistency"]:
+        return (
+            "not selected",
+            f"passed the per-run thresholds in {rule['n_runs_passed']} of {rule['n_runs_total']} runs",
+        )
+    non_na_fail = t["lacking_failed"] + t["present_failed"]
+    if (
+        non_na_fail < MIN_FAIL_NON_NA
+        or t["lacking_failed"] < MIN_LACKING
+        or t["lacking_passed"] + t["present_passed"] == 0
+    ):
+        return "insufficient evidence", (
+            f"{t['lacking_failed']} LACKING of {non_na_fail} non-NA failures and "
+            f"{t['lacking_passed'] + t['present_passed']} non-NA successes: too few to support a selection "
+            f"(need >= {MIN_LACKING} LACKING, >= {MIN_FAIL_NON_NA} non-NA failures, >= 1 non-NA success)"
+        )
+    return "selected", f"passed in {rule['n_runs_passed']} of {rule['n_runs_total']} runs"
+
+
+def greedy_coverage(
+    verdicts: dict[str, dict[str, str]], failed: list[str], order: list[str]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Greedy max-coverage over `order` (ties keep the given order): curve and unexplained failures."""
+    remaining = set(failed)
+    curve, pool = [], list(order)
+    covered_total = 0
+    while pool and remaining:
+        gains = [
+            (len({t for t in remaining if verdicts[c].get(t) == "LACKING"}), -i, c)
+            for i, c in enumerate(pool)
+        ]
+        gain, _, best = max(gains)
+        if gain == 0:
+            break
+        remaining -= {t for t in remaining if verdicts[best].get(t) == "LACKING"}
+        covered_total += gain
+        pool.remove(best)
+        curve.append(
+            {
+                "k": len(curve) + 1,
+                "capability": best,
+                "new_failures": gain,
+                "cumulative": covered_total,
+                "cumulative_share": covered_total / len(failed),
+            }
+        )
+    return curve, [t for t in failed if t in remaining]
+
+
+def ground_truth_agreement(
+    verdicts: dict[str, dict[str, str]], trajectories: list[Trajectory]
+) -> dict[str, Any]:
+    """Precision and recall of the consensus LACKING labels against trace_gym ground truth."""
+    out = {}
+    with_truth = [t for t in trajectories if t.ground_truth is not None and t.usable]
+    known = {c for t in with_truth for c in t.ground_truth.required + t.ground_truth.lacking}
+    for cap, labels in verdicts.items():
+        if cap not in known:
+            continue
+        tp = fp = fn = n = 0
+        for t in with_truth:
+            if t.traj_id not in labels:
+                continue
+            n += 1
+            truth, pred = cap in t.ground_truth.lacking, labels[t.traj_id] == "LACKING"
+            tp += truth and pred
+            fp += pred and not truth
+            fn += truth and not pred
+        out[cap] = {
+            "n": n,
+            "tp": tp,
+            "fp": fp,
+            "fn": fn,
+            "precision": tp / (tp + fp) if tp + fp else None,
+            "recall": tp / (tp + fn) if tp + fn else None,
+        }
+    return out
+
+
+def analyze(
+    runs: list[LabelRun],
+    descriptions: dict[str, str] | None = None,
+    *,
+    rho: float = RHO,
+    delta: float = DELTA,
+    k_consistency: int | None = None,
+    trajectories: list[Trajectory] | None = None,
+) -> dict[str, Any]:
+    """Run the paper's rule and the extra statistics; return the analysis.json content."""
+    if not runs:
+        raise ConfigError("no label runs to analyze")
+    k = k_consistency if k_consistency is not None else math.ceil(CONSISTENCY * len(runs) - 1e-9)
+    if not 1 <= k <= len(runs):
+        raise ConfigError(
+            f"k_consistency={k} must be between 1 and the number of runs ({len(runs)})"
+        )
+    caps = list(dict.fromkeys(c for run in runs for c in run.labels))
+    failed = list(dict.fromkeys(t for run in runs for t in run.failed))
+    passed = list(dict.fromkeys(t for run in runs for t in run.passed))
+    agreed = consensus(runs, caps)
+    rows = []
+    for cap in caps:
+        rule = paper_rule(runs, cap, rho, delta, k)
+        pooled = _pooled(agreed[cap], failed, passed)
+        rows.append(
+            {
+                "name": cap,
+                "description": (descriptions or {}).get(cap, ""),
+                **rule,
+                "pooled": pooled,
+                "reliability": _kappa(runs, cap),
+            }
+        )
+    for row, q in zip(
+        rows, benjamini_hochberg([r["pooled"]["fisher_p"] for r in rows]), strict=True
+    ):
+        row["pooled"]["bh_q"] = q
+        row["verdict"], row["reason"] = _verdict(row, row["pooled"])
+    # Stable sort by mean delta, descending, as the paper's script; undefined deltas last.
+    rows.sort(key=lambda r: -r["mean_delta"] if r["mean_delta"] is not None else math.inf)
+    selected = [r for r in rows if r["passes_consistency"]]
+    core = [r["name"] for r in selected if r["verdict"] == "selected"]
+    curve, unexplained = greedy_coverage(agreed, failed, core)
+    unlabelled = {}
+    for run in runs:
+        for tid, why in run.unlabelled.items():
+            unlabelled.setdefault(tid, []).append(f"run {run.attempt}: {why}")
+    return {
+        "format": "trace_diagnose.analysis.v1",
+        "params": {"rho": rho, "delta": delta, "k_consistency": k, "n_runs": len(runs)},
+        "totals": {"failed": len(failed), "passed": len(passed), "unlabelled": len(unlabelled)},
+        "capabilities": rows,
+        "selected_capabilities": [_paper_entry(r, runs) for r in selected],
+        "core": core,
+        "coverage_curve": curve,
+        "unexplained_failures": unexplained,
+        "unlabelled": unlabelled,
+        "consensus": agreed,
+        "ground_truth": ground_truth_agreement(agreed, trajectories) if trajectories else {},
+    }
+
+
+def _paper_entry(row: dict[str, Any], runs: list[LabelRun]) -> dict[str, Any]:
+    lacking = set()
+    for run in runs:
+        fails = set(run.failed)
+        lacking |= {
+            t for t, v in run.labels.get(row["name"], {}).items() if v == "LACKING" and t in fails
+        }
+    return {
+        "skill": row["name"],
+        "description": row["description"],
+        "mean_cov": row["mean_cov"],
+        "std_cov": row["std_cov"],
+        "mean_delta": row["mean_delta"],
+        "std_delta": row["std_delta"],
+        "n_runs_passed": row["n_runs_passed"],
+        "n_runs_total": row["n_runs_total"],
+        "passes_consistency": row["passes_consistency"],
+        "example_failed_cases": sorted(lacking)[:EXAMPLES],
+        "status": "PENDING",
+    }
+
+
+def descriptions_from_file(path: Path) -> dict[str, str]:
+    """Capability descriptions from our capabilities.json or the paper's candidate file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read capabilities ({exc})") from exc
+    items = (
+        data.get("capabilities") or data.get("candidates") or [] if isinstance(data, dict) else data
+    )
+    return {
+        c["name"]: c.get("definition") or c.get("description", "")
+        for c in items
+        if isinstance(c, dict) and "name" in c
+    }

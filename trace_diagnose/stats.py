@@ -1,0 +1,89 @@
+"""Small exact statistics in pure Python (no scipy): intervals, Fisher, BH, kappa.
+
+Each function cites its formula; tests compare them with hand-computed values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+Z95 = 1.959963984540054  # two-sided 95 % normal quantile
+
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """Wilson score interval for a binomial proportion k/n (None when n == 0)."""
+    if n == 0:
+        return None
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def newcombe(k1: int, n1: int, k2: int, n2: int, z: float = Z95) -> tuple[float, float] | None:
+    """Newcombe's hybrid score interval (method 10) for p1 - p2 = k1/n1 - k2/n2."""
+    w1, w2 = wilson(k1, n1, z), wilson(k2, n2, z)
+    if w1 is None or w2 is None:
+        return None
+    p1, p2 = k1 / n1, k2 / n2
+    (l1, u1), (l2, u2) = w1, w2
+    d = p1 - p2
+    lower = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    upper = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return max(-1.0, lower), min(1.0, upper)
+
+
+def fisher_greater(a: int, b: int, c: int, d: int) -> float:
+    """One-sided Fisher exact p-value for the table [[a, b], [c, d]], H1: odds ratio > 1.
+
+    Rows are failure / success, columns LACKING / PRESENT: a small p means LACKING is
+    over-represented among failures. It sums the hypergeometric tail P(X >= a) with the
+    margins fixed.
+    """
+    row1, col1, n = a + b, a + c, a + b + c + d
+    if n == 0:
+        return 1.0
+    total = math.comb(n, col1)
+    hi = min(row1, col1)
+    tail = sum(math.comb(row1, x) * math.comb(n - row1, col1 - x) for x in range(a, hi + 1))
+    return min(1.0, tail / total)
+
+
+def benjamini_hochberg(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Benjamini-Hochberg q-values (step-up, monotone); None entries are skipped."""
+    idx = [i for i, p in enumerate(pvalues) if p is not None]
+    m = len(idx)
+    q: list[float | None] = [None] * len(pvalues)
+    running = 1.0
+    ordered = sorted(idx, key=lambda i: pvalues[i])  # ascending p
+    for pos in range(m - 1, -1, -1):
+        i = ordered[pos]
+        running = min(running, pvalues[i] * m / (pos + 1))
+        q[i] = running
+    return q
+
+
+def cohen_kappa(x: Sequence[str], y: Sequence[str]) -> float | None:
+    """Cohen's kappa for two raters over the same items (None when chance agreement is 1)."""
+    n = len(x)
+    if n == 0 or n != len(y):
+        return None
+    observed = sum(a == b for a, b in zip(x, y, strict=True)) / n
+    cx, cy = Counter(x), Counter(y)
+    expected = sum(cx[k] * cy[k] for k in cx) / (n * n)
+    if math.isclose(expected, 1.0):
+        return None
+    return (observed - expected) / (1 - expected)
+
+
+def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """Mean and population standard deviation (ddof=0, as the paper's np.std)."""
+    if not values:
+        return None, None
+    n = len(values)
+    mean = math.fsum(values) / n
+    var = math.fsum((v - mean) ** 2 for v in values) / n
+    return mean, math.sqrt(var)
