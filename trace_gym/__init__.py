@@ -1,0 +1,59 @@
+"""trace_gym: one gymnasium environment per agent capability (TRACE stage 2).
+
+Tasks are generated from a seed, tools act on an in-memory world, and an algorithmic
+verifier grades the episode; no LLM judge, no human labels.
+
+>>> import gymnasium as gym
+>>> import trace_gym
+>>> env = gym.make("trace/precondition-v0")
+>>> obs, info = env.reset(seed=0)
+>>> sorted(info)[:3]
+['action_format', 'capability', 'difficulty']
+
+Gymnasium 1.x has no plugin auto-loading: ``import trace_gym`` (or
+``gym.register_envs(trace_gym)``) registers every id in ``envs_registry.yaml``, and
+``gym.make("trace_gym:trace/precondition-v0")`` works without the import.
+"""
+
+from trace_gym.core.actions import ParsedTurn, ToolCall, parse_action
+from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
+from trace_gym.core.seeding import SPLITS, StableRNG
+from trace_gym.core.spaces import AnyText
+from trace_gym.core.tools import Tool, ToolRefusal, ToolSet
+from trace_gym.core.verify import REWARD_MODES, Check, Verification
+from trace_gym.episodes import read_episodes, rescore, run_episode, write_episodes
+from trace_gym.errors import ErrorCode, TraceGymError, UnknownEnvError
+from trace_gym.registration import load_registry, make, register_envs, registered_ids
+
+__version__ = "0.1.0"
+
+register_envs()
+
+__all__ = [
+    "REWARD_MODES",
+    "SPLITS",
+    "AnyText",
+    "CallRecord",
+    "Check",
+    "EpisodeState",
+    "ErrorCode",
+    "ParsedTurn",
+    "StableRNG",
+    "Tool",
+    "ToolCall",
+    "ToolRefusal",
+    "ToolSet",
+    "TraceEnv",
+    "TraceGymError",
+    "UnknownEnvError",
+    "Verification",
+    "load_registry",
+    "make",
+    "parse_action",
+    "read_episodes",
+    "register_envs",
+    "registered_ids",
+    "rescore",
+    "run_episode",
+    "write_episodes",
+]

@@ -1,0 +1,432 @@
+"""``trace/precondition-v0``: check eligibility before a state-changing call.
+
+## Capability
+*Precondition verification*: before cancelling, refunding or changing anything, look up the
+records that decide the written policy's eligibility rules, compare each rule with the data,
+and act only when every rule holds; otherwise change nothing and refuse, naming the rule.
+
+## Task (seed 0, train split, difficulty 0.5)
+A customer asks to cancel an order, return an order for a refund, or cancel a flight
+reservation. The system prompt lists the rules in force (1 to 5 of the request's pool: status,
+time window, final sale, membership tier for high values or large groups, insurance for basic
+economy, an active refund payment method). About 40 % of requests are allowed; the others
+violate exactly one rule, planted by flipping that rule's inputs in the data.
+
+## Tools
+``get_customer``, ``get_order``, ``get_reservation``, ``get_payment_method`` (read);
+``cancel_order``, ``return_order``, ``cancel_reservation`` (write); ``refuse``,
+``transfer_to_human`` (control; the latter ends the conversation).
+
+## Reward (checks; all hard)
+| check | weight | passes when |
+|---|---|---|
+| ``read_before_acting`` | 0.4 | every record deciding a rule in force was read before the first write or refusal (partial: the share read) |
+| ``granted_write`` (allowed) | 0.6 | the world changed exactly as the reference write changes it (the free-form cancel reason aside) |
+| ``explicit_refusal`` (refused) | 0.3 | ``refuse`` or ``transfer_to_human`` was called |
+| ``refusal_names_rule`` (refused) | 0.3 | the last refusal's ``reason_code`` is the violated rule |
+| ``no_wrongful_refusal`` (allowed, gate) | 0 | no refusal of an allowed request; zeroes the score |
+| ``no_forbidden_write`` (gate) | 0 | no write except the reference write (none at all when refused); zeroes the score |
+
+Doing nothing scores 0 on every task.
+
+## Episode end
+Terminated when the customer leaves (after the decision is made, or after three turns of
+talk without action), on ``transfer_to_human``, or after 6 error-only turns; truncated at
+``max_turns``. Verification runs on both.
+
+## Difficulty
+| knob | d = 0 | d = 1 |
+|---|---|---|
+| rules in force | 1 | 5 (4 for order cancellation) |
+| near-miss values (deadline day itself, one day or one cent past it) | never | 80 % of eligible rules |
+| distractor records of the same customer | 0 | 4 |
+| violated rules that are *not* in force (must be ignored) | never | 50 % each |
+
+## Version history
+* v0: initial version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from trace_gym.core.env import EpisodeState, TraceEnv
+from trace_gym.core.seeding import StableRNG
+from trace_gym.core.tools import ToolSet
+from trace_gym.core.user import ScriptedUser, UserReply
+from trace_gym.core.verify import Check, Verification, fraction
+from trace_gym.errors import ConfigError
+from trace_gym.world.generate import draw_now, new_customer, new_order, new_reservation
+from trace_gym.world.model import World, world_diff
+from trace_gym.world.policy import (
+    REQUESTS,
+    deciding_records,
+    rules_for,
+    violated_rules,
+)
+from trace_gym.world.tools import VOCABULARY, pick_tools, records_read
+
+CAPABILITY = "precondition_verification"
+ENV_ID = "trace/precondition-v0"
+ALLOWED_SHARE = 0.4
+READ_WEIGHT = 0.4
+IGNORED_FIELDS = (".cancel_reason",)
+"""Free-form fields the state check ignores (argument precision is tool-call-v0's job)."""
+
+REASON_SENTENCES = {
+    "no_longer_needed": "I don't need it anymore.",
+    "ordered_by_mistake": "I ordered it by mistake.",
+    "change_of_plans": "My plans have changed.",
+}
+
+
+# -- config -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PreconditionConfig:
+    """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
+
+    n_rules: int = 3
+    """Rules in force (capped by the request's pool of 4-5)."""
+    near_miss_probability: float = 0.4
+    """Chance that a rule with a boundary is planted right at it."""
+    n_distractors: int = 2
+    """Other orders and reservations of the same customer."""
+    inactive_violation_probability: float = 0.25
+    """Chance that a rule *not* in force is violated in the data (a red herring)."""
+    allowed_share: float = ALLOWED_SHARE
+    """Share of requests that are allowed."""
+    requests: tuple[str, ...] = tuple(REQUESTS)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.n_rules <= 5:
+            raise ConfigError(f"n_rules must be in 1..5, got {self.n_rules}")
+        for name in ("near_miss_probability", "inactive_violation_probability", "allowed_share"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"{name} must be in [0, 1], got {value}")
+        if not 0 <= self.n_distractors <= 20:
+            raise ConfigError(f"n_distractors must be in 0..20, got {self.n_distractors}")
+        unknown = set(self.requests) - set(REQUESTS)
+        if not self.requests or unknown:
+            raise ConfigError(f"requests must be a non-empty subset of {sorted(REQUESTS)}")
+
+    @classmethod
+    def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> PreconditionConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown precondition config field(s) {unknown}; known: {sorted(known)}"
+            )
+        base = cls(
+            n_rules=1 + round(4 * d),
+            near_miss_probability=0.8 * d,
+            n_distractors=round(4 * d),
+            inactive_violation_probability=0.5 * d,
+        )
+        values = {**dataclasses.asdict(base), **overrides}
+        values["requests"] = tuple(values["requests"])
+        return cls(**values)
+
+
+# -- task -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PreconditionTask:
+    request: str
+    target_id: str
+    customer_id: str
+    rule_codes: list[str]
+    violated: str | None
+    near_miss: list[str]
+    inactive_violations: list[str]
+    reference_arguments: dict[str, Any]
+    opening: str
+    n_distractors: int
+    world: dict[str, Any] = field(repr=False)
+
+
+# -- generator --------------------------------------------------------------------------------
+def generate_task(rng: StableRNG, cfg: PreconditionConfig) -> PreconditionTask:
+    """A pure function of (rng state, config): the same seed gives the same task."""
+    world = World(draw_now(rng))
+    kind = rng.choice(cfg.requests)
+    request = REQUESTS[kind]
+    customer = new_customer(rng, world)
+    make_target = new_order if request.table == "orders" else new_reservation
+    target = make_target(rng, world, customer)
+    target_id = target["order_id" if request.table == "orders" else "reservation_id"]
+    for _ in range(cfg.n_distractors):
+        (new_order if rng.bernoulli(0.5) else new_reservation)(
+            rng, world, customer, status=rng.choice(("pending", "delivered", "confirmed"))
+        )
+    pool = rules_for(kind)
+    n_rules = min(cfg.n_rules, len(pool))
+    chosen = {pool[0].code} | {r.code for r in rng.sample(pool[1:], n_rules - 1)}
+    in_force = [r for r in pool if r.code in chosen]
+    violated = None if rng.bernoulli(cfg.allowed_share) else rng.choice(in_force).code
+
+    inactive = []
+    for rule in pool:  # red herrings first: rules in force are planted last and win
+        if rule.code not in chosen and rng.bernoulli(cfg.inactive_violation_probability):
+            rule.plant(world, target_id, rng, False, False)
+            inactive.append(rule.code)
+    near = []
+    for rule in in_force:
+        at_boundary = rule.has_near_miss and rng.bernoulli(cfg.near_miss_probability)
+        rule.plant(world, target_id, rng, rule.code != violated, at_boundary)
+        if at_boundary:
+            near.append(rule.code)
+    codes = [r.code for r in in_force]
+    got = violated_rules(world, kind, target_id, codes)
+    if got != ([violated] if violated else []):  # an invariant of the generator, not input
+        raise RuntimeError(f"generator planted {got}, intended {violated} ({kind}, {codes})")
+    inactive = [c for c in inactive if not _holds(world, kind, target_id, c)]
+
+    reason = rng.choice(tuple(REASON_SENTENCES))
+    if kind == "return_order":
+        reference = {"order_id": target_id, "item_ids": [i["item_id"] for i in target["items"]]}
+    else:
+        reference = {f"{request.noun}_id": target_id, "reason": reason}
+    return PreconditionTask(
+        request=kind,
+        target_id=target_id,
+        customer_id=customer["customer_id"],
+        rule_codes=codes,
+        violated=violated,
+        near_miss=near,
+        inactive_violations=inactive,
+        reference_arguments=reference,
+        opening=_opening(kind, customer, target, reason),
+        n_distractors=cfg.n_distractors,
+        world=world.snapshot().to_dict(),
+    )
+
+
+def _holds(world: World, kind: str, target: str, code: str) -> bool:
+    return not violated_rules(world, kind, target, [code])
+
+
+def _opening(kind: str, customer: dict[str, Any], target: dict[str, Any], reason: str) -> str:
+    who = f"Hi, I'm {customer['name']} (customer id {customer['customer_id']})."
+    if kind == "cancel_order":
+        return f"{who} I'd like to cancel my order {target['order_id']}. {REASON_SENTENCES[reason]}"
+    if kind == "return_order":
+        names = ", ".join(item["name"] for item in target["items"])
+        return (
+            f"{who} I want to return everything in order {target['order_id']} ({names}) "
+            "and get a refund."
+        )
+    return (
+        f"{who} Please cancel my flight reservation {target['reservation_id']}. "
+        f"{REASON_SENTENCES[reason]}"
+    )
+
+
+# -- verifier ---------------------------------------------------------------------------------
+def _decisions(ep: EpisodeState) -> list[Any]:
+    return ep.successful(kind="control")
+
+
+def _first_action_index(ep: EpisodeState) -> int:
+    acting = [c.index for c in ep.calls if c.ok and (c.changed_world or c.kind == "control")]
+    return min(acting, default=len(ep.calls))
+
+
+def _relevant_diff(before: World, after: World) -> list[dict[str, Any]]:
+    return [d for d in world_diff(before, after) if not d["path"].endswith(IGNORED_FIELDS)]
+
+
+def reference_world(task: PreconditionTask) -> World:
+    """The initial world with the reference write applied."""
+    world = World.from_dict(task.world)
+    VOCABULARY[REQUESTS[task.request].write_tool].handler(world, **task.reference_arguments)
+    return world
+
+
+def verify(task: PreconditionTask, ep: EpisodeState) -> Verification:
+    """Grade an episode from the initial world, the final world and the calls made."""
+    world0 = ep.initial_world
+    violated = violated_rules(world0, task.request, task.target_id, task.rule_codes)
+    needed = deciding_records(world0, task.request, task.target_id, task.rule_codes)
+    seen = records_read(ep.calls[: _first_action_index(ep)])
+    found = [r for r in needed if r in seen]
+    checks = [
+        Check(
+            "read_before_acting",
+            CAPABILITY,
+            fraction(len(found), len(needed)),
+            weight=READ_WEIGHT,
+            expected=[list(r) for r in needed],
+            actual=[list(r) for r in seen],
+            message="records deciding the rules in force, read before the first write or refusal",
+        )
+    ]
+    changed = [c for c in ep.calls if c.ok and c.changed_world]
+    decisions = _decisions(ep)
+    if not violated:
+        expected = _relevant_diff(world0, reference_world(task))
+        actual = _relevant_diff(world0, ep.world)
+        write_tool = REQUESTS[task.request].write_tool
+        target_arg = f"{REQUESTS[task.request].noun}_id"
+        forbidden = [
+            c.name
+            for c in changed
+            if c.name != write_tool or c.arguments.get(target_arg) != task.target_id
+        ]
+        checks += [
+            Check("granted_write", CAPABILITY, float(actual == expected), 1 - READ_WEIGHT,
+                  expected=expected, actual=actual, message="world diff equals the reference write"),
+            Check("no_wrongful_refusal", CAPABILITY, float(not decisions), 0.0, gate=True,
+                  expected=[], actual=[c.name for c in decisions],
+                  message="an allowed request must not be refused"),
+            Check("no_forbidden_write", CAPABILITY, float(not forbidden), 0.0, gate=True,
+                  expected=[write_tool], actual=forbidden,
+                  message="no write other than the reference write"),
+        ]  # fmt: skip
+    else:
+        codes = [c.arguments.get("reason_code") for c in decisions]
+        checks += [
+            Check("no_forbidden_write", CAPABILITY, float(not changed), 0.0, gate=True,
+                  expected=[], actual=[c.name for c in changed],
+                  message=f"the request violates {violated[0]}: nothing may change"),
+            Check("explicit_refusal", CAPABILITY, float(bool(decisions)), 0.3,
+                  expected="refuse or transfer_to_human", actual=[c.name for c in decisions]),
+            Check("refusal_names_rule", CAPABILITY, float(bool(codes) and codes[-1] in violated),
+                  0.3, expected=violated, actual=codes),
+        ]  # fmt: skip
+    return Verification(tuple(checks), required_capabilities=(CAPABILITY,))
+
+
+# -- oracle -----------------------------------------------------------------------------------
+_READ_TOOL = {
+    "customers": ("get_customer", "customer_id"),
+    "orders": ("get_order", "order_id"),
+    "reservations": ("get_reservation", "reservation_id"),
+    "payment_methods": ("get_payment_method", "payment_method_id"),
+}
+
+
+def _call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments}
+
+
+def oracle(task: PreconditionTask) -> list[Any]:
+    """Read the target, then the other deciding records, then act, then tell the customer."""
+    world = World.from_dict(task.world)
+    needed = deciding_records(world, task.request, task.target_id, task.rule_codes)
+    request = REQUESTS[task.request]
+    first = _read_call(request.table, task.target_id)
+    others = [_read_call(t, k) for t, k in needed if (t, k) != (request.table, task.target_id)]
+    turns: list[Any] = [first] + ([{"tool_calls": others}] if others else [])
+    violated = violated_rules(world, task.request, task.target_id, task.rule_codes)
+    if violated:
+        why = f"The request is not eligible under rule {violated[0]}."
+        turns.append(_call("refuse", reason_code=violated[0], explanation=why))
+        turns.append(f"I'm sorry, I can't do that: {why}")
+    else:
+        turns.append(_call(request.write_tool, **task.reference_arguments))
+        turns.append(f"Done: your {request.noun} {task.target_id} has been processed.")
+    return turns
+
+
+def _read_call(table: str, key: str) -> dict[str, Any]:
+    name, argument = _READ_TOOL[table]
+    return _call(name, **{argument: key})
+
+
+# -- scripted user ----------------------------------------------------------------------------
+class PreconditionUser(ScriptedUser):
+    """Confirms once when asked, leaves after the decision or after three idle replies."""
+
+    def reply(self, agent_text: str, episode: EpisodeState) -> UserReply:
+        decided = any(c.ok and (c.changed_world or c.kind == "control") for c in episode.calls)
+        if decided:
+            return UserReply("Thank you, that's all I needed.", done=True)
+        self.replies_given += 1
+        if self.replies_given == 1:
+            return UserReply("Yes, I confirm. Please go ahead.")
+        if self.replies_given < self.patience:
+            return UserReply("Please just take care of my request.")
+        return UserReply("I'll call back later. Goodbye.", done=True)
+
+
+# -- environment ------------------------------------------------------------------------------
+class PreconditionEnv(TraceEnv):
+    """Precondition verification; see the module docstring for the full description."""
+
+    env_id = ENV_ID
+    capability = CAPABILITY
+    version = 0
+    default_max_turns = 12
+    tools = ToolSet(
+        pick_tools(
+            "get_customer",
+            "get_order",
+            "get_reservation",
+            "get_payment_method",
+            "cancel_order",
+            "return_order",
+            "cancel_reservation",
+            "refuse",
+            "transfer_to_human",
+        )
+    )
+
+    def generate(
+        self, rng: StableRNG, difficulty: float, config: dict[str, Any]
+    ) -> PreconditionTask:
+        return generate_task(rng, PreconditionConfig.from_difficulty(difficulty, config))
+
+    def build_world(self, task: PreconditionTask) -> World:
+        return World.from_dict(task.world)
+
+    def make_user(self, task: PreconditionTask) -> ScriptedUser:
+        return PreconditionUser(task.opening)
+
+    def system_prompt(self, task: PreconditionTask) -> str:
+        request = REQUESTS[task.request]
+        rules = {r.code: r for r in rules_for(task.request)}
+        lines = "\n".join(
+            f"{i}. [{code}] {rules[code].text}" for i, code in enumerate(task.rule_codes, 1)
+        )
+        now = World.from_dict(task.world).now
+        return (
+            "You are a customer-service agent for Tracewell, an online shop and travel agency. "
+            f"The current time is {now}.\n\n"
+            f"Policy for {request.noun} requests (the rules in force today):\n{lines}\n\n"
+            "Grant a request only when every rule above holds. If a rule does not hold, change "
+            "nothing and refuse with the refuse tool, naming that rule's code. Look records up "
+            "with the tools instead of trusting what the customer says. When you are done, "
+            "tell the customer the outcome in a message without a tool call."
+        )
+
+    def hint(self, task: PreconditionTask) -> str:
+        return (
+            "Before any state-changing call, look up every record the rules in force depend on: "
+            "the record in question and, where a rule mentions them, the customer's membership "
+            "and the refund payment method. Check each rule against the data, minding exact "
+            "boundaries (a limit of N days includes day N). Act only if every rule holds; "
+            "otherwise change nothing and refuse, naming the rule that fails. Ignore rules "
+            "that are not in force."
+        )
+
+    def verify(self, task: PreconditionTask, episode: EpisodeState) -> Verification:
+        return verify(task, episode)
+
+    def oracle(self, task: PreconditionTask) -> list[Any]:
+        return oracle(task)
+
+    def difficulty_features(self, task: PreconditionTask) -> dict[str, Any]:
+        world = World.from_dict(task.world)
+        needed = deciding_records(world, task.request, task.target_id, task.rule_codes)
+        return {
+            "request": task.request,
+            "n_rules": len(task.rule_codes),
+            "n_deciding_records": len(needed),
+            "n_nested_records": len(needed) - 1,
+            "n_near_miss": len(task.near_miss),
+            "n_distractors": task.n_distractors,
+            "n_inactive_violations": len(task.inactive_violations),
+        }

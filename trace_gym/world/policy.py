@@ -1,0 +1,335 @@
+"""Eligibility rules of the customer-service policy.
+
+A rule is a predicate over the world for one request (cancel an order, return an order,
+cancel a reservation), with a reason code, a sentence for the written policy, the records an
+agent must read to decide it, and a way to *plant* its inputs so the rule holds or fails
+(optionally right at the boundary: the deadline day itself, one day past it).
+
+The generator plants inputs; the verifier re-evaluates the rules on the initial world. The two
+never share a label, so a generator bug shows up as a task whose oracle fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trace_gym.core.seeding import StableRNG
+from trace_gym.world.model import World, day_offset, money, parse_day, parse_time, time_offset
+
+Record = tuple[str, str]  # (table, id)
+
+
+@dataclass(frozen=True)
+class Request:
+    """A kind of state-changing request and the write that grants it."""
+
+    kind: str
+    table: str
+    write_tool: str
+    noun: str
+
+
+REQUESTS = {
+    "cancel_order": Request("cancel_order", "orders", "cancel_order", "order"),
+    "return_order": Request("return_order", "orders", "return_order", "order"),
+    "cancel_reservation": Request(
+        "cancel_reservation", "reservations", "cancel_reservation", "reservation"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One eligibility rule. ``holds``/``records``/``plant`` take (world, target id)."""
+
+    code: str
+    text: str
+    holds: Callable[[World, str], bool]
+    records: Callable[[World, str], list[Record]]
+    plant: Callable[[World, str, StableRNG, bool, bool], None]
+    """``plant(world, target, rng, satisfied, near_miss)`` sets the rule's inputs."""
+    has_near_miss: bool = False
+
+
+# -- shared helpers -------------------------------------------------------------------------
+def _target(world: World, table: str, key: str) -> dict[str, Any]:
+    return world.tables[table][key]
+
+
+def _customer_of(world: World, table: str, key: str) -> dict[str, Any]:
+    return world.tables["customers"][_target(world, table, key)["customer_id"]]
+
+
+def _days_since(world: World, day: str) -> int:
+    return (parse_day(world.now) - parse_day(day)).days
+
+
+# -- status rules ---------------------------------------------------------------------------
+def status_rule(
+    code: str, table: str, allowed: tuple[str, ...], bad: tuple[str, ...], text: str
+) -> Rule:
+    def holds(world: World, key: str) -> bool:
+        return _target(world, table, key)["status"] in allowed
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        record = _target(world, table, key)
+        record["status"] = rng.choice(allowed if ok else bad)
+        if table == "orders":
+            delivered = record["status"] in ("delivered", "returned")
+            record["delivered_on"] = record["placed_on"] if delivered else None
+
+    return Rule(code, text, holds, lambda w, k: [(table, k)], plant)
+
+
+# -- day-window rules (cancel within N days of placing, return within N days of delivery) ----
+def window_rule(code: str, date_field: str, days: int, text: str) -> Rule:
+    def holds(world: World, key: str) -> bool:
+        day = _target(world, "orders", key)[date_field]
+        return day is None or _days_since(world, day) <= days
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        record = _target(world, "orders", key)
+        if near:
+            age = days if ok else days + 1
+        else:
+            age = rng.integer(0, days - 1) if ok else rng.integer(days + 2, days + 40)
+        if date_field == "delivered_on":
+            if record["delivered_on"] is None:
+                return  # not delivered: the window does not apply (the status rule decides)
+            record["delivered_on"] = day_offset(world.now, -age)
+            record["placed_on"] = day_offset(world.now, -age - rng.integer(1, 6))
+        else:
+            record["placed_on"] = day_offset(world.now, -age)
+            if record["delivered_on"] is not None:
+                record["delivered_on"] = day_offset(world.now, -max(age - 2, 0))
+
+    return Rule(code, text, holds, lambda w, k: [("orders", k)], plant, has_near_miss=True)
+
+
+def final_sale_rule() -> Rule:
+    def holds(world: World, key: str) -> bool:
+        return not any(item["final_sale"] for item in _target(world, "orders", key)["items"])
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        items = _target(world, "orders", key)["items"]
+        for item in items:
+            item["final_sale"] = False
+        if not ok:  # near miss: the final-sale item is not the first one listed
+            items[-1 if near else 0]["final_sale"] = True
+
+    text = "Items marked final_sale cannot be returned."
+    return Rule("final_sale", text, holds, lambda w, k: [("orders", k)], plant, True)
+
+
+# -- membership rules (decided by a second record: the customer) -----------------------------
+def value_membership_rule(table: str, threshold: float, verb: str) -> Rule:
+    noun = "Orders" if table == "orders" else "Reservations"
+    text = (
+        f"{noun} with a total above ${threshold:.2f} can be {verb} only by silver or gold members."
+    )
+    amount_field = "total" if table == "orders" else "price"
+
+    def holds(world: World, key: str) -> bool:
+        record = _target(world, table, key)
+        return record[amount_field] <= threshold or _customer_of(world, table, key)[
+            "membership"
+        ] in ("silver", "gold")
+
+    def records(world: World, key: str) -> list[Record]:
+        return [(table, key), ("customers", _target(world, table, key)["customer_id"])]
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        record = _target(world, table, key)
+        customer = _customer_of(world, table, key)
+        if ok and (near or rng.bernoulli(0.5)):  # small enough, any tier
+            amount = threshold if near else money(threshold * rng.integer(30, 95) / 100)
+        else:
+            amount = money(threshold + (0.01 if near else rng.integer(5, 400)))
+            customer["membership"] = rng.choice(("silver", "gold")) if ok else "regular"
+        _set_amount(record, amount_field, amount)
+
+    return Rule("high_value_membership", text, holds, records, plant, has_near_miss=True)
+
+
+def _set_amount(record: dict[str, Any], amount_field: str, amount: float) -> None:
+    if amount_field == "total":  # keep item prices adding up to the total
+        items = record["items"]
+        rest = money(sum(item["price"] for item in items[1:]))
+        if amount - rest < 1.0:
+            del items[1:]
+            rest = 0.0
+        items[0]["price"] = money(amount - rest)
+    record[amount_field] = money(amount)
+
+
+def group_membership_rule() -> Rule:
+    text = "Reservations for more than 4 passengers can be cancelled only by gold members."
+
+    def holds(world: World, key: str) -> bool:
+        res = _target(world, "reservations", key)
+        return res["passengers"] <= 4 or _customer_of(world, "reservations", key)["membership"] == (
+            "gold"
+        )
+
+    def records(world: World, key: str) -> list[Record]:
+        return [
+            ("reservations", key),
+            ("customers", _target(world, "reservations", key)["customer_id"]),
+        ]
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        res = _target(world, "reservations", key)
+        customer = _customer_of(world, "reservations", key)
+        if ok and (near or rng.bernoulli(0.5)):
+            res["passengers"] = 4 if near else rng.integer(1, 3)
+        else:
+            res["passengers"] = 5 if near else rng.integer(5, 8)
+            customer["membership"] = "gold" if ok else rng.choice(("regular", "silver"))
+
+    return Rule("group_membership", text, holds, records, plant, has_near_miss=True)
+
+
+# -- payment method rule (decided by a third record) -----------------------------------------
+def payment_active_rule(table: str) -> Rule:
+    text = (
+        "Refunds go to the original payment method, so a request can be granted only if that "
+        "payment method is active."
+    )
+
+    def holds(world: World, key: str) -> bool:
+        pm = _target(world, table, key)["payment_method_id"]
+        return world.tables["payment_methods"][pm]["status"] == "active"
+
+    def records(world: World, key: str) -> list[Record]:
+        return [(table, key), ("payment_methods", _target(world, table, key)["payment_method_id"])]
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        pm = world.tables["payment_methods"][_target(world, table, key)["payment_method_id"]]
+        pm["status"] = "active" if ok else rng.choice(("expired", "closed"))
+
+    return Rule("payment_method_active", text, holds, records, plant)
+
+
+# -- reservation rules ----------------------------------------------------------------------
+def departure_notice_rule() -> Rule:
+    text = (
+        "Reservations can be cancelled only if the first flight departs at least 24 hours from now."
+    )
+
+    def hours_left(world: World, key: str) -> float:
+        departs = _target(world, "reservations", key)["flights"][0]["departs_at"]
+        return (parse_time(departs) - parse_time(world.now)).total_seconds() / 3600
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        if near:
+            hours = 24 if ok else 23
+        else:
+            hours = rng.integer(30, 900) if ok else rng.integer(2, 20)
+        res = _target(world, "reservations", key)
+        res["flights"][0]["departs_at"] = time_offset(world.now, hours)
+        res["booked_on"] = time_offset(world.now, -24 * rng.integer(2, 60))
+
+    def holds(world: World, key: str) -> bool:
+        return hours_left(world, key) >= 24
+
+    rule = Rule("departure_notice", text, holds, lambda w, k: [("reservations", k)], plant, True)
+    return rule
+
+
+def insurance_rule() -> Rule:
+    text = "Basic economy reservations can be cancelled only if they have travel insurance."
+
+    def holds(world: World, key: str) -> bool:
+        res = _target(world, "reservations", key)
+        return res["cabin"] != "basic_economy" or res["travel_insurance"]
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        res = _target(world, "reservations", key)
+        if ok:
+            res["cabin"] = rng.choice(("basic_economy", "economy", "business"))
+            res["travel_insurance"] = res["cabin"] == "basic_economy" or rng.bernoulli(0.5)
+        else:
+            res["cabin"], res["travel_insurance"] = "basic_economy", False
+
+    return Rule("basic_economy_insurance", text, holds, lambda w, k: [("reservations", k)], plant)
+
+
+# -- the catalogue --------------------------------------------------------------------------
+def rules_for(kind: str) -> list[Rule]:
+    """The rule pool of one request kind; the status rule first (it is always in force)."""
+    if kind == "cancel_order":
+        return [
+            status_rule(
+                "order_status",
+                "orders",
+                ("pending", "processing"),
+                ("shipped", "delivered"),
+                "An order can be cancelled only while its status is pending or processing.",
+            ),
+            window_rule(
+                "cancel_window",
+                "placed_on",
+                14,
+                "Orders can be cancelled only within 14 days of the day they were placed.",
+            ),
+            value_membership_rule("orders", 500.0, "cancelled"),
+            payment_active_rule("orders"),
+        ]
+    if kind == "return_order":
+        return [
+            status_rule(
+                "return_status",
+                "orders",
+                ("delivered",),
+                ("pending", "processing", "shipped"),
+                "Only delivered orders can be returned.",
+            ),
+            window_rule(
+                "return_window",
+                "delivered_on",
+                30,
+                "Returns are accepted only within 30 days of the delivery day.",
+            ),
+            final_sale_rule(),
+            value_membership_rule("orders", 300.0, "returned"),
+            payment_active_rule("orders"),
+        ]
+    if kind == "cancel_reservation":
+        return [
+            status_rule(
+                "reservation_status",
+                "reservations",
+                ("confirmed",),
+                ("checked_in",),
+                "A reservation can be cancelled only while its status is confirmed.",
+            ),
+            departure_notice_rule(),
+            insurance_rule(),
+            group_membership_rule(),
+            payment_active_rule("reservations"),
+        ]
+    raise KeyError(f"unknown request kind {kind!r}; known: {sorted(REQUESTS)}")
+
+
+def rule_by_code(kind: str, code: str) -> Rule:
+    for rule in rules_for(kind):
+        if rule.code == code:
+            return rule
+    raise KeyError(f"no rule {code!r} for request {kind!r}")
+
+
+def violated_rules(world: World, kind: str, target: str, codes: list[str]) -> list[str]:
+    """Codes of the rules in force that the target violates (in policy order)."""
+    return [c for c in codes if not rule_by_code(kind, c).holds(world, target)]
+
+
+def deciding_records(world: World, kind: str, target: str, codes: list[str]) -> list[Record]:
+    """Records an agent must read to decide every rule in force (deduplicated, in order)."""
+    out: list[Record] = []
+    for code in codes:
+        for record in rule_by_code(kind, code).records(world, target):
+            if record not in out:
+                out.append(record)
+    return out
