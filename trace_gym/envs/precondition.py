@@ -52,7 +52,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from trace_gym.core.env import EpisodeState, TraceEnv
+from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import ToolSet
 from trace_gym.core.user import ScriptedUser, UserReply
@@ -66,7 +66,7 @@ from trace_gym.world.policy import (
     rules_for,
     violated_rules,
 )
-from trace_gym.world.tools import VOCABULARY, pick_tools, records_read
+from trace_gym.world.tools import VOCABULARY, pick_tools, records_read, restrict_diff, touches
 
 CAPABILITY = "precondition_verification"
 ENV_ID = "trace/precondition-v0"
@@ -144,13 +144,26 @@ class PreconditionTask:
     reference_arguments: dict[str, Any]
     opening: str
     n_distractors: int
+    owned: list[list[str]]
+    """[table, id] of every record this request is about (scopes the composite's checks)."""
     world: dict[str, Any] = field(repr=False)
+    """The initial world (empty inside the composite benchmark, which holds one world)."""
 
 
 # -- generator --------------------------------------------------------------------------------
 def generate_task(rng: StableRNG, cfg: PreconditionConfig) -> PreconditionTask:
     """A pure function of (rng state, config): the same seed gives the same task."""
     world = World(draw_now(rng))
+    task = generate_into(world, rng, cfg)
+    return dataclasses.replace(task, world=world.snapshot().to_dict())
+
+
+def generate_into(world: World, rng: StableRNG, cfg: PreconditionConfig) -> PreconditionTask:
+    """Add one precondition request (its customer and records) to ``world``.
+
+    The composite benchmark calls this on a shared world; the returned task's ``world`` is
+    empty then, and ``owned`` lists the records the request is about.
+    """
     kind = rng.choice(cfg.requests)
     request = REQUESTS[kind]
     customer = new_customer(rng, world)
@@ -200,8 +213,19 @@ def generate_task(rng: StableRNG, cfg: PreconditionConfig) -> PreconditionTask:
         reference_arguments=reference,
         opening=_opening(kind, customer, target, reason),
         n_distractors=cfg.n_distractors,
-        world=world.snapshot().to_dict(),
+        owned=owned_records(world, customer["customer_id"]),
+        world={},
     )
+
+
+def owned_records(world: World, customer_id: str) -> list[list[str]]:
+    """The customer and everything that belongs to them: what this request is about."""
+    customer = world.tables["customers"][customer_id]
+    out = [["customers", customer_id]]
+    out += [["orders", k] for k in customer["order_ids"]]
+    out += [["reservations", k] for k in customer["reservation_ids"]]
+    out += [["payment_methods", k] for k in customer["payment_method_ids"]]
+    return out
 
 
 def _holds(world: World, kind: str, target: str, code: str) -> bool:
@@ -225,32 +249,34 @@ def _opening(kind: str, customer: dict[str, Any], target: dict[str, Any], reason
 
 
 # -- verifier ---------------------------------------------------------------------------------
-def _decisions(ep: EpisodeState) -> list[Any]:
-    return ep.successful(kind="control")
+def _first_action_index(calls: list[CallRecord]) -> int:
+    acting = [i for i, c in enumerate(calls) if c.ok and (c.changed_world or c.kind == "control")]
+    return min(acting, default=len(calls))
 
 
-def _first_action_index(ep: EpisodeState) -> int:
-    acting = [c.index for c in ep.calls if c.ok and (c.changed_world or c.kind == "control")]
-    return min(acting, default=len(ep.calls))
+def _relevant_diff(before: World, after: World, owned: list[list[str]] | None) -> list[dict]:
+    diff = [d for d in world_diff(before, after) if not d["path"].endswith(IGNORED_FIELDS)]
+    return diff if owned is None else restrict_diff(diff, owned)
 
 
-def _relevant_diff(before: World, after: World) -> list[dict[str, Any]]:
-    return [d for d in world_diff(before, after) if not d["path"].endswith(IGNORED_FIELDS)]
-
-
-def reference_world(task: PreconditionTask) -> World:
+def reference_world(task: PreconditionTask, world0: World) -> World:
     """The initial world with the reference write applied."""
-    world = World.from_dict(task.world)
+    world = world0.snapshot()
     VOCABULARY[REQUESTS[task.request].write_tool].handler(world, **task.reference_arguments)
     return world
 
 
-def verify(task: PreconditionTask, ep: EpisodeState) -> Verification:
-    """Grade an episode from the initial world, the final world and the calls made."""
+def verify(task: PreconditionTask, ep: EpisodeState, *, scoped: bool = False) -> Verification:
+    """Grade an episode from the initial world, the final world and the calls made.
+
+    ``scoped`` (the composite benchmark) restricts every check to the request's own records,
+    so that other requests handled in the same conversation neither help nor hurt.
+    """
     world0 = ep.initial_world
+    calls = [c for c in ep.calls if not scoped or touches(c, task.owned)]
     violated = violated_rules(world0, task.request, task.target_id, task.rule_codes)
     needed = deciding_records(world0, task.request, task.target_id, task.rule_codes)
-    seen = records_read(ep.calls[: _first_action_index(ep)])
+    seen = records_read(calls[: _first_action_index(calls)])
     found = [r for r in needed if r in seen]
     checks = [
         Check(
@@ -263,11 +289,12 @@ def verify(task: PreconditionTask, ep: EpisodeState) -> Verification:
             message="records deciding the rules in force, read before the first write or refusal",
         )
     ]
-    changed = [c for c in ep.calls if c.ok and c.changed_world]
-    decisions = _decisions(ep)
+    changed = [c for c in calls if c.ok and c.changed_world]
+    decisions = [c for c in calls if c.ok and c.kind == "control"]
     if not violated:
-        expected = _relevant_diff(world0, reference_world(task))
-        actual = _relevant_diff(world0, ep.world)
+        scope = task.owned if scoped else None
+        expected = _relevant_diff(world0, reference_world(task, world0), scope)
+        actual = _relevant_diff(world0, ep.world, scope)
         write_tool = REQUESTS[task.request].write_tool
         target_arg = f"{REQUESTS[task.request].noun}_id"
         forbidden = [
@@ -312,9 +339,8 @@ def _call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 
 
-def oracle(task: PreconditionTask) -> list[Any]:
+def oracle(task: PreconditionTask, world: World) -> list[Any]:
     """Read the target, then the other deciding records, then act, then tell the customer."""
-    world = World.from_dict(task.world)
     needed = deciding_records(world, task.request, task.target_id, task.rule_codes)
     request = REQUESTS[task.request]
     first = _read_call(request.table, task.target_id)
@@ -416,7 +442,7 @@ class PreconditionEnv(TraceEnv):
         return verify(task, episode)
 
     def oracle(self, task: PreconditionTask) -> list[Any]:
-        return oracle(task)
+        return oracle(task, World.from_dict(task.world))
 
     def difficulty_features(self, task: PreconditionTask) -> dict[str, Any]:
         world = World.from_dict(task.world)

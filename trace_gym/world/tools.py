@@ -231,6 +231,17 @@ VOCABULARY: dict[str, Tool] = {
 }
 
 
+# Tool families of the other environments live beside this module, one file each, and
+# join the one vocabulary here (imported late: they use the schemas defined above).
+from trace_gym.world import tools_commerce, tools_support  # noqa: E402
+
+for _family in (tools_commerce.TOOLS, tools_support.TOOLS):
+    _clash = set(_family) & set(VOCABULARY)
+    if _clash:
+        raise RuntimeError(f"tool names defined twice in the vocabulary: {sorted(_clash)}")
+    VOCABULARY.update(_family)
+
+
 def pick_tools(*names: str) -> list[Tool]:
     """The named tools from :data:`VOCABULARY`, in the given order."""
     missing = [n for n in names if n not in VOCABULARY]
@@ -251,4 +262,40 @@ def records_read(calls: list[Any]) -> list[tuple[str, str]]:
             record = (target[0], call.arguments[target[1]])
             if record not in out:
                 out.append(record)
+    return out
+
+
+ID_ARGUMENTS = {
+    "customer_id": "customers",
+    "order_id": "orders",
+    "reservation_id": "reservations",
+    "payment_method_id": "payment_methods",
+}
+"""Argument name -> the table whose record it names (used to scope checks to records)."""
+
+
+def touches(call: Any, owned: list[list[str]]) -> bool:
+    """Whether a call names any of the ``owned`` [table, id] records in its arguments."""
+    if not isinstance(call.arguments, dict):
+        return False
+    owned_set = {(t, k) for t, k in owned}
+    for name, table in ID_ARGUMENTS.items():
+        if (table, call.arguments.get(name)) in owned_set:
+            return True
+    return False
+
+
+def restrict_diff(diff: list[dict[str, Any]], owned: list[list[str]]) -> list[dict[str, Any]]:
+    """The part of a :func:`~trace_gym.world.model.world_diff` about the ``owned`` records
+    (log events count when they name an owned record)."""
+    prefixes = tuple(f"{t}.{k}" for t, k in owned)
+    ids = {k for _, k in owned}
+    out = []
+    for d in diff:
+        if d["path"] == "log":
+            events = [e for e in d["after"] if ids & {str(v) for v in e.values()}]
+            if events:
+                out.append({"path": "log", "before": None, "after": events})
+        elif d["path"].startswith(prefixes):
+            out.append(d)
     return out

@@ -1,0 +1,10 @@
+"""Account and support tools of the shared vocabulary (verification, locks, settings).
+
+They join :data:`trace_gym.world.tools.VOCABULARY` when that module loads.
+"""
+
+from __future__ import annotations
+
+from trace_gym.core.tools import Tool
+
+TOOLS: dict[str, Tool] = {}
