@@ -1,4 +1,7 @@
-"""Argument schemas and enums shared by every tool family of the world (no imports of\nthe tool modules, so any of them can import this one)."""
+"""Argument schemas and enums shared by every tool family of the world.
+
+This module imports no tool module, so every tool family can import it.
+"""
 
 CUSTOMER_ID = {"type": "string", "description": "Customer id, e.g. C-01234."}
 ORDER_ID = {"type": "string", "description": "Order id, e.g. O-12345."}
