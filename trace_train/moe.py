@@ -81,6 +81,12 @@ class RouterSpec:
     """Add slot 0 = no adapter, for tokens that no capability should edit."""
     kernel: Literal["concat_masked", "sorted_segments", "dense"] = "concat_masked"
     """Forward implementation (module docstring); all give the same result."""
+    context: Literal["token", "causal_mean"] = "causal_mean"
+    """Router input. ``token``: the token's normalised hidden state at the block.
+    ``causal_mean``: that, concatenated with the mean of the block's normalised inputs over the
+    sequence so far (causal, padding excluded, carried across cached decode steps). Measured on
+    the tiny two-family check: ``token`` routes by token identity (shared template tokens are
+    ambiguous, the first blocks see no context) and lost the reward; ``causal_mean`` kept it."""
     base_bias: float = 0.0
     """Initial router bias of the base slot; a large value makes an untrained MoE act as the
     base model. Ignored without a base slot."""
@@ -92,6 +98,8 @@ class RouterSpec:
             raise ValueError(
                 f"kernel={self.kernel!r}; use 'concat_masked', 'sorted_segments' or 'dense'"
             )
+        if self.context not in ("token", "causal_mean"):
+            raise ValueError(f"context={self.context!r}; use 'token' or 'causal_mean'")
         if self.router_layer < 0:
             raise ValueError(f"router_layer={self.router_layer} must be >= 0")
 
@@ -174,7 +182,8 @@ class MoEState(nn.Module):
         n_slots = len(config.slot_names)
         self.offset = 1 if spec.include_base_slot else 0
         blocks = range(num_blocks) if spec.granularity == "per_block" else [spec.router_layer]
-        self.routers = nn.ModuleDict({str(b): nn.Linear(hidden_size, n_slots) for b in blocks})
+        width = hidden_size * (2 if spec.context == "causal_mean" else 1)
+        self.routers = nn.ModuleDict({str(b): nn.Linear(width, n_slots) for b in blocks})
         for router in self.routers.values():
             nn.init.zeros_(router.weight)
             nn.init.zeros_(router.bias)
@@ -190,6 +199,9 @@ class MoEState(nn.Module):
         self.straight_through = False
         self.record = False
         self.recorded: dict[int, list[torch.Tensor]] = {}
+        self.carry: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # causal_mean state
+        self.token_mask: torch.Tensor | None = None  # (batch, seq) 1 = real token, this forward
+        self.capture: dict[int, list[torch.Tensor]] | None = None  # router inputs, when set
         self.source_dir: str | None = None  # folder relative adapter_dir values resolve against
         self.logits: dict[int, torch.Tensor] = {}
 
@@ -229,6 +241,13 @@ class MoEState(nn.Module):
         """Compute (or force) block ``block``'s route from its normalised input ``normed``."""
         spec = self.config.router
         lead = normed.shape[:-1]
+        has_router = str(block) in self.routers
+        if has_router and spec.context == "causal_mean":
+            features = torch.cat([normed, self._causal_mean(block, normed)], dim=-1)
+        else:
+            features = normed
+        if self.capture is not None and has_router:
+            self.capture.setdefault(block, []).append(features.detach().reshape(lead.numel(), -1))
         if self.forced_slot is not None:
             slots = torch.full(lead, self.forced_slot, dtype=torch.long, device=normed.device)
             self.routes[block] = self._make_route(slots, None, normed.dtype)
@@ -240,7 +259,7 @@ class MoEState(nn.Module):
             if block > spec.router_layer:
                 return  # reuse the route computed at router_layer
         router = self.routers[str(block)]
-        logits = router(normed.to(router.weight.dtype))
+        logits = router(features.to(router.weight.dtype))
         slots = logits.argmax(-1)
         probs = logits.softmax(-1) if self.straight_through else None
         route = self._make_route(slots, probs, normed.dtype)
@@ -251,6 +270,30 @@ class MoEState(nn.Module):
         targets = [block] if spec.granularity == "per_block" else range(block, self.num_blocks)
         for b in targets:
             self.routes[b] = route
+
+    def start_forward(self, past_length: int, attention_mask: torch.Tensor | None) -> None:
+        """Called before every model forward: a forward with an empty cache starts new
+        sequences (the causal-mean state is reset); ``attention_mask`` marks padding."""
+        if past_length == 0:
+            self.carry = {}
+        self.token_mask = attention_mask
+
+    def _causal_mean(self, block: int, normed: torch.Tensor) -> torch.Tensor:
+        """Mean of the block's normalised inputs over each sequence's real tokens so far."""
+        batch, seq, _ = normed.shape
+        mask = self.token_mask
+        weight = mask[:, -seq:].to(normed.dtype).unsqueeze(-1) if mask is not None else None
+        total = torch.cumsum(normed * weight if weight is not None else normed, dim=1)
+        if weight is not None:
+            count = torch.cumsum(weight, dim=1)
+        else:
+            count = torch.arange(1, seq + 1, dtype=normed.dtype, device=normed.device)
+            count = count.view(1, seq, 1).expand(batch, seq, 1)
+        if block in self.carry:
+            prev_total, prev_count = self.carry[block]
+            total, count = total + prev_total.unsqueeze(1), count + prev_count.unsqueeze(1)
+        self.carry[block] = (total[:, -1].detach(), count[:, -1].detach())
+        return total / count.clamp(min=1.0)
 
     def current(self, block: int) -> BlockRoute | None:
         """The route the block's linears should use now (``None``: base only)."""
@@ -447,12 +490,22 @@ def attach_experts(model: PreTrainedModel, config: MoEConfig) -> PreTrainedModel
         routed = RoutedLoRALinear(base, a_cat, b_cat_t, _block_of(key), state, config.router.kernel)
         setattr(parent, child, routed.to(base.weight.device))
     model.trace_moe = state.to(next(model.parameters()).device)
+    model.register_forward_pre_hook(_forward_start_hook(state), with_kwargs=True)
     for block, layer in enumerate(layers):
         norm = getattr(layer, "input_layernorm", None)
         if norm is None:
             raise ValueError(f"block {block} has no input_layernorm; unsupported architecture")
         norm.register_forward_hook(_router_hook(state, block))
     return model
+
+
+def _forward_start_hook(state: MoEState):  # noqa: ANN202 - returns a torch hook
+    def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        past = int(cache.get_seq_length()) if cache is not None else 0
+        state.start_forward(past, kwargs.get("attention_mask"))
+
+    return hook
 
 
 def _router_hook(state: MoEState, block: int):  # noqa: ANN202 - returns a torch hook

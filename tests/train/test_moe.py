@@ -166,3 +166,18 @@ def test_config_validation_names_field():
         ExpertSpec(name="base", adapter_dir="x")
     with pytest.raises(ValueError, match="duplicate"):
         MoEConfig("m", [ExpertSpec("a", "x"), ExpertSpec("a", "y")])
+
+
+def test_left_padded_batch_generates_like_single_rows(tiny_model_dir, random_adapters):
+    """The causal-mean router context ignores padding and survives cached decoding."""
+    model = _learned_router(_moe(tiny_model_dir, random_adapters), seed=4)
+    short, long = _ids(batch=1, seq=6, seed=5), _ids(batch=1, seq=11, seed=6)
+    pad = 3
+    ids = torch.cat([torch.cat([torch.full((1, 5), pad), short], 1), long])
+    mask = (torch.arange(11) >= torch.tensor([[5], [0]])).long()
+    kw = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=pad)
+    with torch.no_grad():
+        batch = model.generate(ids, attention_mask=mask, **kw)
+        for row, single in enumerate([short, long]):
+            alone = model.generate(single, **kw)
+            assert torch.equal(batch[row, -8:], alone[0, -8:])
