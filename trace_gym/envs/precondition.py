@@ -21,7 +21,7 @@ violate exactly one rule, planted by flipping that rule's inputs in the data.
 | check | weight | passes when |
 |---|---|---|
 | ``read_before_acting`` | 0.4 | every record deciding a rule in force was read before the first write or refusal (partial: the share read) |
-| ``granted_write`` (allowed) | 0.6 | the world changed exactly as the reference write changes it (the free-form cancel reason aside) |
+| ``granted_write`` (allowed) | 0.6 | the world changed exactly as the reference write changes it (including the cancel reason the customer gave) |
 | ``explicit_refusal`` (refused) | 0.3 | ``refuse`` or ``transfer_to_human`` was called |
 | ``refusal_names_rule`` (refused) | 0.3 | the last refusal's ``reason_code`` is the violated rule |
 | ``no_wrongful_refusal`` (allowed, gate) | 0 | no refusal of an allowed request; zeroes the score |
@@ -72,8 +72,6 @@ CAPABILITY = "precondition_verification"
 ENV_ID = "trace/precondition-v0"
 ALLOWED_SHARE = 0.4
 READ_WEIGHT = 0.4
-IGNORED_FIELDS = (".cancel_reason",)
-"""Free-form fields the state check ignores (argument precision is tool-call-v0's job)."""
 
 REASON_SENTENCES = {
     "no_longer_needed": "I don't need it anymore.",
@@ -255,7 +253,7 @@ def _first_action_index(calls: list[CallRecord]) -> int:
 
 
 def _relevant_diff(before: World, after: World, owned: list[list[str]] | None) -> list[dict]:
-    diff = [d for d in world_diff(before, after) if not d["path"].endswith(IGNORED_FIELDS)]
+    diff = world_diff(before, after)
     return diff if owned is None else restrict_diff(diff, owned)
 
 

@@ -1,0 +1,518 @@
+"""The trace_gym property suite: public API for proving environments and verifiers.
+
+Every check takes an environment id registered with gymnasium (or a zero-argument factory
+returning an environment that follows the trace_gym contract and exposes ``oracle_actions``)
+and, optionally, a ``verifier(task, episode) -> Verification`` that replaces the
+environment's own. Checks raise ``AssertionError`` with the failing seed when a property does
+not hold. Hypothesis drives seeds, difficulties, splits and garbage actions.
+
+Use it from your own pytest run::
+
+    from trace_gym.testing import EnvPropertySuite
+
+    class TestMyEnv(EnvPropertySuite):
+        env_id = "myorg/refund-v0"      # or: make_env = staticmethod(lambda: MyEnv())
+
+Properties (ARCHITECTURE section 3): determinism (also across processes with different
+``PYTHONHASHSEED``), the oracle passes with score 1.0, do-nothing / random / call-every-tool
+agents fail, single-step mutations of the oracle plan fail or score lower, arbitrary actions
+never crash ``step`` and keep rewards in range, verifying twice gives the same result and
+does not mutate the world, offline re-scoring equals the online reward, splits are
+seed-disjoint, and ``gymnasium.utils.env_checker.check_env`` passes.
+
+Profiles: ``HYPOTHESIS_PROFILE=ci`` (default; derandomized, small) or ``long`` (at least
+100,000 fuzzed actions per environment through :func:`check_garbage_actions`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.utils.env_checker import check_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trace_gym.agents.baselines import (
+    ID_PATTERN,
+    CallEveryToolAgent,
+    NullAgent,
+    OracleAgent,
+    PlanAgent,
+    RandomAgent,
+)
+from trace_gym.core.env import TraceEnv
+from trace_gym.core.seeding import SPLITS
+from trace_gym.episodes import rescore, run_episode
+from trace_gym.errors import ErrorCode
+
+EnvSource = str | Callable[[], gym.Env]
+Verifier = Callable[[Any, Any], Any]
+
+settings.register_profile(
+    "ci",
+    max_examples=8,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    database=None,
+)
+settings.register_profile(
+    "long",
+    max_examples=2500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    database=None,
+)
+settings.register_profile("dev", max_examples=25, deadline=None, database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+GARBAGE_ACTIONS_PER_EXAMPLE = 40
+"""Actions per hypothesis example in :func:`check_garbage_actions` (2,500 x 40 = 100,000)."""
+RANDOM_AGENT_MAX_SUCCESS = 0.05
+"""A random agent may stumble on a solution, but at most this often."""
+KNOWN_CODES = {c.value for c in ErrorCode}
+
+# -- strategies ------------------------------------------------------------------------------
+seeds = st.integers(min_value=0, max_value=2**63 - 1)
+difficulties = st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]) | st.floats(0.0, 1.0)
+splits = st.sampled_from(SPLITS)
+_json_leaf = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40)
+json_values = st.recursive(
+    _json_leaf,
+    lambda kids: (
+        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=10), kids, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def tool_call_actions(tool_names: list[str]) -> st.SearchStrategy[Any]:
+    """Calls to real tool names with arbitrary (mostly wrong) arguments, in every format."""
+    names = st.sampled_from(tool_names) | st.text(max_size=12)
+    call = st.fixed_dictionaries({"name": names, "arguments": json_values})
+    return st.one_of(
+        call,
+        call.map(json.dumps),
+        st.lists(call, max_size=3).map(json.dumps),
+        call.map(lambda c: f"<tool_call>{json.dumps(c)}</tool_call>"),
+        st.lists(call, max_size=3).map(lambda cs: {"role": "assistant", "content": None,
+                                                   "tool_calls": [{"id": f"c{i}", "type": "function",
+                                                                   "function": {"name": c["name"],
+                                                                                "arguments": json.dumps(c["arguments"])}}
+                                                                  for i, c in enumerate(cs)]}),
+    )  # fmt: skip
+
+
+def garbage_actions(tool_names: list[str]) -> st.SearchStrategy[Any]:
+    """Anything an LLM (or a fuzzer) might send: text, broken JSON, wrong shapes, huge strings,
+    non-ASCII, unknown tools, wrong argument types."""
+    return st.one_of(
+        st.text(max_size=200),
+        st.text(alphabet='{}[]":,<>/ tool_call', max_size=60),
+        st.sampled_from(["", "   ", "<tool_call>", "<tool_call>{}", "{", "[]", "null", "{}"]),
+        st.just("x" * 300_000),
+        st.text(alphabet="éßØ漢字😀\u200b\x00", max_size=50),
+        json_values,
+        json_values.map(lambda v: json.dumps(v)),
+        st.dictionaries(
+            st.sampled_from(["role", "content", "tool_calls", "name", "x"]), json_values
+        ),
+        tool_call_actions(tool_names),
+    )
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def make_env(source: EnvSource, verifier: Verifier | None = None, **kwargs: Any) -> gym.Env:
+    """An environment from an id or a factory, with its verifier optionally replaced."""
+    if isinstance(source, str):
+        env = gym.make(source, disable_env_checker=True, **kwargs)
+    else:
+        env = source()
+    if verifier is not None:
+        env.unwrapped.verify = verifier  # instance attribute shadows the hook
+    return env
+
+
+def _inner(env: gym.Env) -> TraceEnv:
+    return env.unwrapped  # type: ignore[return-value]
+
+
+def _tool_names(source: EnvSource) -> list[str]:
+    env = make_env(source)
+    try:
+        return [t["function"]["name"] for t in _inner(env).tool_schemas("openai")]
+    finally:
+        env.close()
+
+
+def _play(env: gym.Env, agent: Any, seed: int, difficulty: float, split: str = "train") -> dict:
+    return run_episode(env, agent, seed=seed, options={"difficulty": difficulty, "split": split})
+
+
+def _where(source: EnvSource, seed: int, difficulty: float, split: str = "train") -> str:
+    name = source if isinstance(source, str) else getattr(source, "__name__", "env")
+    return f"{name} seed={seed} difficulty={difficulty} split={split}"
+
+
+# -- plan mutations --------------------------------------------------------------------------
+def _turn_calls(turn: Any) -> list[dict[str, Any]] | None:
+    """The calls of a plan turn, or None for a message to the customer."""
+    if isinstance(turn, dict) and "tool_calls" in turn:
+        return list(turn["tool_calls"])
+    if isinstance(turn, dict) and "name" in turn:
+        return [turn]
+    return None
+
+
+def _with_calls(calls: list[dict[str, Any]]) -> Any:
+    return calls[0] if len(calls) == 1 else {"tool_calls": calls}
+
+
+def _significant(value: Any) -> bool:
+    """Arguments whose change must matter: ids, enum-like tokens, numbers, lists."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float | list):
+        return True
+    return isinstance(value, str) and (bool(ID_PATTERN.fullmatch(value)) or value.isidentifier())
+
+
+def _changed(value: Any, enum: list[Any] | None) -> Any:
+    if enum:
+        others = [v for v in enum if v != value]
+        return others[0] if others else value
+    if isinstance(value, int | float):
+        return value + 1
+    if isinstance(value, list):
+        return value[:-1] if len(value) > 1 else value + value
+    return value + "X"
+
+
+def plan_mutations(
+    plan: list[Any], tools: list[dict[str, Any]], kinds: dict[str, str]
+) -> Iterator[tuple[str, list[Any]]]:
+    """Single-step mutations of a plan: ``(description, mutated plan)``.
+
+    ``tools`` are OpenAI schemas (for enum members), ``kinds`` maps tool name to
+    ``read``/``write``/``control``.
+
+    * drop one call (a write, a decision, or a read the decision needs);
+    * change one significant argument (an id, an enum member, a number, a list) of any call;
+    * move a turn that writes or decides before the read turn preceding it.
+    """
+    enums: dict[tuple[str, str], list[Any]] = {}
+    for t in tools:
+        fn = t["function"]
+        for arg, schema in fn["parameters"].get("properties", {}).items():
+            if "enum" in schema:
+                enums[(fn["name"], arg)] = schema["enum"]
+    for i, turn in enumerate(plan):
+        calls = _turn_calls(turn)
+        if not calls:
+            continue
+        for j, call in enumerate(calls):
+            rest = calls[:j] + calls[j + 1 :]
+            mutated = plan[:i] + ([_with_calls(rest)] if rest else []) + plan[i + 1 :]
+            yield f"drop call {call['name']} (turn {i})", mutated
+            for arg, value in sorted(call["arguments"].items()):
+                if not _significant(value):
+                    continue
+                new_args = dict(
+                    call["arguments"], **{arg: _changed(value, enums.get((call["name"], arg)))}
+                )
+                if new_args == call["arguments"]:
+                    continue
+                new_calls = (
+                    calls[:j] + [{"name": call["name"], "arguments": new_args}] + calls[j + 1 :]
+                )
+                yield (
+                    f"change {call['name']}.{arg} (turn {i})",
+                    plan[:i] + [_with_calls(new_calls)] + plan[i + 1 :],
+                )
+        acts = any(kinds.get(c["name"]) in ("write", "control") for c in calls)
+        before = _turn_calls(plan[i - 1]) if i > 0 else None
+        if acts and before and all(kinds.get(c["name"]) == "read" for c in before):
+            swapped = plan[: i - 1] + [plan[i], plan[i - 1]] + plan[i + 1 :]
+            yield f"swap turns {i - 1} and {i}", swapped
+
+
+# -- checks ----------------------------------------------------------------------------------
+def check_determinism(source: EnvSource, verifier: Verifier | None = None) -> None:
+    """Same (seed, difficulty, split) -> same observation, info, task hash and oracle record."""
+
+    @given(seed=seeds, difficulty=difficulties, split=splits)
+    def prop(seed: int, difficulty: float, split: str) -> None:
+        records = []
+        for _ in range(2):
+            env = make_env(source, verifier)
+            opts = {"difficulty": difficulty, "split": split}
+            obs, info = env.reset(seed=seed, options=opts)
+            records.append((obs, info, _play(env, OracleAgent(), seed, difficulty, split)))
+            env.close()
+        assert records[0] == records[1], (
+            f"not deterministic: {_where(source, seed, difficulty, split)}"
+        )
+
+    prop()
+
+
+def task_hashes(
+    env_id: str, seeds_: list[int], difficulty: float, split: str = "train"
+) -> list[str]:
+    """Task hashes of the given seeds (used for golden tests and cross-process checks)."""
+    env = make_env(env_id)
+    out = []
+    for seed in seeds_:
+        _, info = env.reset(seed=seed, options={"difficulty": difficulty, "split": split})
+        out.append(info["task_hash"])
+    env.close()
+    return out
+
+
+def check_cross_process_determinism(env_id: str, n_seeds: int = 5) -> None:
+    """Task hashes agree across interpreter processes with different ``PYTHONHASHSEED``."""
+    code = (
+        "import json, sys, trace_gym; from trace_gym.testing import task_hashes; "
+        f"print(json.dumps([task_hashes({env_id!r}, list(range({n_seeds})), d) for d in (0.0, 0.5, 1.0)]))"
+    )
+    expected = [task_hashes(env_id, list(range(n_seeds)), d) for d in (0.0, 0.5, 1.0)]
+    for hash_seed in ("0", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        assert json.loads(out.stdout) == expected, (
+            f"{env_id}: hashes differ under PYTHONHASHSEED={hash_seed}"
+        )
+
+
+def check_oracle(source: EnvSource, verifier: Verifier | None = None) -> None:
+    """The oracle solves every task: passed, score 1.0."""
+
+    @given(seed=seeds, difficulty=difficulties, split=splits)
+    def prop(seed: int, difficulty: float, split: str) -> None:
+        env = make_env(source, verifier)
+        record = _play(env, OracleAgent(), seed, difficulty, split)
+        env.close()
+        v = record["verification"]
+        failed = [c["name"] for c in v["checks"] if not c["passed"]]
+        assert record["is_success"] and math.isclose(v["score"], 1.0), (
+            f"oracle failed ({failed}): {_where(source, seed, difficulty, split)}"
+        )
+
+    prop()
+
+
+def check_baselines_fail(source: EnvSource, verifier: Verifier | None = None) -> None:
+    """Doing nothing scores 0; calling every tool fails; a random agent rarely passes."""
+
+    @given(seed=seeds, difficulty=difficulties)
+    def prop(seed: int, difficulty: float) -> None:
+        env = make_env(source, verifier)
+        null = _play(env, NullAgent(), seed, difficulty)
+        assert not null["is_success"] and null["verification"]["score"] == 0.0, (
+            f"doing nothing earned {null['verification']['score']}: {_where(source, seed, difficulty)}"
+        )
+        spam = _play(env, CallEveryToolAgent(), seed, difficulty)
+        assert not spam["is_success"], (
+            f"calling every tool passed: {_where(source, seed, difficulty)}"
+        )
+        env.close()
+
+    prop()
+    env = make_env(source, verifier)
+    n = 60
+    wins = sum(_play(env, RandomAgent(s), s, 0.5)["is_success"] for s in range(n))
+    env.close()
+    assert wins / n <= RANDOM_AGENT_MAX_SUCCESS, f"a random agent passed {wins}/{n} tasks"
+
+
+def check_mutations(source: EnvSource, verifier: Verifier | None = None) -> None:
+    """Every single-step mutation of the oracle plan fails or scores strictly below 1."""
+
+    @given(seed=seeds, difficulty=difficulties)
+    def prop(seed: int, difficulty: float) -> None:
+        env = make_env(source, verifier)
+        env.reset(seed=seed, options={"difficulty": difficulty})
+        plan = _inner(env).oracle_actions()
+        tools = _inner(env).tool_schemas("openai")
+        kinds = {t.name: t.kind for t in _inner(env).tools}
+        for what, mutated in plan_mutations(plan, tools, kinds):
+            record = _play(env, PlanAgent(mutated), seed, difficulty)
+            score = record["verification"]["score"]
+            assert not record["is_success"] or score < 1.0, (
+                f"mutation '{what}' still passes with score {score}: {_where(source, seed, difficulty)}"
+            )
+        env.close()
+
+    prop()
+
+
+def check_garbage_actions(source: EnvSource, verifier: Verifier | None = None) -> None:
+    """Arbitrary actions never raise from ``step``; errors carry known codes; rewards stay in
+    range and are never positive before the episode ends."""
+    names = _tool_names(source)
+
+    @given(
+        seed=seeds,
+        actions=st.lists(garbage_actions(names), min_size=1, max_size=GARBAGE_ACTIONS_PER_EXAMPLE),
+    )
+    def prop(seed: int, actions: list[Any]) -> None:
+        env = make_env(source, verifier)
+        inner = _inner(env)
+        obs, _ = env.reset(seed=seed)
+        for action in actions:
+            obs, reward, terminated, truncated, info = env.step(action)
+            assert isinstance(reward, float) and math.isfinite(reward), f"reward {reward!r}"
+            assert -1.0 - inner.malformed_penalty <= reward <= 1.0, f"reward {reward} out of range"
+            assert inner.observation_space.contains(obs), "observation outside the space"
+            if info["error"] is not None:
+                assert info["error"]["code"] in KNOWN_CODES, f"unknown code {info['error']}"
+                if not (terminated or truncated):
+                    assert reward <= 0.0, f"a malformed action earned {reward}"
+            json.dumps(info)
+            if terminated or truncated:
+                obs, _ = env.reset(seed=seed + 1 if seed < 2**63 - 2 else 0)
+        env.close()
+
+    prop()
+
+
+def check_verifier_purity(source: EnvSource, verifier: Verifier | None = None) -> None:
+    """Verifying twice gives the same result and leaves the episode untouched."""
+
+    @given(seed=seeds, difficulty=difficulties, agent=st.sampled_from(["oracle", "random"]))
+    def prop(seed: int, difficulty: float, agent: str) -> None:
+        env = make_env(source, verifier)
+        player = OracleAgent() if agent == "oracle" else RandomAgent(seed % 1000)
+        _play(env, player, seed, difficulty)
+        inner = _inner(env)
+        before = copy.deepcopy(
+            (inner.episode.world.to_dict(), inner.episode.initial_world.to_dict())
+        )
+        first, second = inner.verification().to_dict(), inner.verification().to_dict()
+        after = (inner.episode.world.to_dict(), inner.episode.initial_world.to_dict())
+        assert first == second, f"verification not repeatable: {_where(source, seed, difficulty)}"
+        assert before == after, (
+            f"verification mutated the world: {_where(source, seed, difficulty)}"
+        )
+        env.close()
+
+    prop()
+
+
+def check_replay(source: str, verifier: Verifier | None = None) -> None:
+    """Offline re-scoring of an episode log equals the online reward (ids only)."""
+    if verifier is not None:
+        return  # re-scoring rebuilds the environment from its id, with its own verifier
+
+    @given(seed=seeds, difficulty=difficulties, agent=st.sampled_from(["oracle", "random", "spam"]))
+    def prop(seed: int, difficulty: float, agent: str) -> None:
+        env = make_env(source)
+        player = {
+            "oracle": OracleAgent(),
+            "random": RandomAgent(seed % 997),
+            "spam": CallEveryToolAgent(),
+        }
+        record = _play(env, player[agent], seed, difficulty)
+        env.close()
+        rescored = rescore(json.loads(json.dumps(record)))
+        assert rescored.matches, (
+            f"replay gave {rescored.replayed_reward}, online {rescored.logged_reward}: "
+            f"{_where(source, seed, difficulty)}"
+        )
+
+    prop()
+
+
+def check_split_disjointness(source: EnvSource, n: int = 200) -> None:
+    """No task is shared between the train, eval and test splits over ``n`` seeds each."""
+    env = make_env(source)
+    hashes = {}
+    for split in SPLITS:
+        hashes[split] = {
+            env.reset(seed=s, options={"split": split})[1]["task_hash"] for s in range(n)
+        }
+    env.close()
+    for a in SPLITS:
+        for b in SPLITS:
+            if a < b:
+                assert not hashes[a] & hashes[b], f"splits {a} and {b} share tasks"
+
+
+def check_gymnasium_env_checker(source: EnvSource) -> None:
+    """``gymnasium.utils.env_checker.check_env`` passes."""
+    env = make_env(source)
+    check_env(env.unwrapped, skip_render_check=True)
+    env.close()
+
+
+ALL_CHECKS = (
+    check_determinism,
+    check_oracle,
+    check_baselines_fail,
+    check_mutations,
+    check_garbage_actions,
+    check_verifier_purity,
+    check_replay,
+    check_split_disjointness,
+    check_gymnasium_env_checker,
+)
+
+
+class EnvPropertySuite:
+    """Subclass in a ``Test*`` class and set ``env_id`` (or ``make_env``) to run every property.
+
+    Set ``verifier`` to a ``(task, episode) -> Verification`` function to test a verifier of
+    your own against the environment's tasks, oracle and baselines.
+    """
+
+    env_id: str | None = None
+    make_env: Callable[[], gym.Env] | None = None
+    verifier: Verifier | None = None
+
+    def _source(self) -> EnvSource:
+        source = self.env_id or type(self).make_env
+        if source is None:
+            raise TypeError("set env_id or make_env on your EnvPropertySuite subclass")
+        return source
+
+    def _verifier(self) -> Verifier | None:
+        return type(self).verifier
+
+    def test_determinism(self) -> None:
+        check_determinism(self._source(), self._verifier())
+
+    def test_oracle_passes(self) -> None:
+        check_oracle(self._source(), self._verifier())
+
+    def test_baselines_fail(self) -> None:
+        check_baselines_fail(self._source(), self._verifier())
+
+    def test_oracle_mutations_fail(self) -> None:
+        check_mutations(self._source(), self._verifier())
+
+    def test_garbage_actions(self) -> None:
+        check_garbage_actions(self._source(), self._verifier())
+
+    def test_verifier_purity(self) -> None:
+        check_verifier_purity(self._source(), self._verifier())
+
+    def test_replay_equals_online(self) -> None:
+        source = self._source()
+        if isinstance(source, str):
+            check_replay(source, self._verifier())
+
+    def test_split_disjointness(self) -> None:
+        check_split_disjointness(self._source(), n=50)
+
+    def test_gymnasium_env_checker(self) -> None:
+        check_gymnasium_env_checker(self._source())
