@@ -1,1 +1,101 @@
-"""trace_diagnose: from agent trajectories to a capability diagnosis (TRACE stage 1)."""
+"""trace_diagnose: from agent trajectories to a capability diagnosis (TRACE stage 1).
+
+Stages, each a function and a `trace-diagnose` subcommand, all writing into one run
+directory (see `trace_diagnose.run`)::
+
+    ingest -> render -> propose -> label -> analyze -> map-envs -> report
+
+Public API (every name below is importable from `trace_diagnose`)::
+
+    ingest(paths, redact=None, *, fmt="auto", swebench_report=None) -> list[Trajectory]
+    render(trajectory, config=None) -> Rendered                  # outcome-blind transcript
+    run_diagnosis(inputs, run_dir, model, *, n_runs=10, llm=None, ...) -> dict   # all stages
+    load_label_runs("DIR/run_*.json") -> list[LabelRun]          # ours or the paper's format
+    labels_from_ground_truth(trajectories, capabilities) -> list[LabelRun]   # no LLM
+    analyze(runs, descriptions=None, *, rho=0.10, delta=0.20, k_consistency=None,
+            trajectories=None) -> dict                           # paper rule + statistics
+    map_envs(capabilities, registry=None, llm=None, cache=None) -> list[dict]
+    write_report(out_dir, analysis, capabilities, env_matches, runs, trajectories) -> paths
+
+Labelling from trace_gym ground truth without an LLM, for the end-to-end loop::
+
+    trajs = ingest(["episodes.jsonl"])
+    runs = labels_from_ground_truth(trajs, ["precondition_verification", ...])
+    result = analyze(runs, trajectories=trajs)
+    write_report("out/", result, [], map_envs(result["core"]), runs, trajs)
+
+Nothing here imports torch; litellm is imported only inside `trace_diagnose.llm`, when a
+stage first calls a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from .analyze import LabelRun, analyze, labels_from_ground_truth, load_label_runs
+from .errors import (
+    BudgetExceeded,
+    CacheMiss,
+    ConfigError,
+    DiagnoseError,
+    IngestError,
+    LLMError,
+    UnknownFormatError,
+)
+from .ingest import detect_format, ingest
+from .llm import Cache, LLMClient, LLMConfig
+from .render import RenderConfig, Rendered, render
+from .report import write_report
+from .run import run_diagnosis, status
+from .schema import Capability, Outcome, Step, Trajectory
+
+__all__ = [
+    "BudgetExceeded",
+    "CacheMiss",
+    "Capability",
+    "ConfigError",
+    "DiagnoseError",
+    "IngestError",
+    "LLMConfig",
+    "LLMError",
+    "LabelRun",
+    "Outcome",
+    "RenderConfig",
+    "Rendered",
+    "Step",
+    "Trajectory",
+    "UnknownFormatError",
+    "analyze",
+    "detect_format",
+    "ingest",
+    "labels_from_ground_truth",
+    "load_label_runs",
+    "map_envs",
+    "render",
+    "run_diagnosis",
+    "status",
+    "write_report",
+]
+
+
+def map_envs(
+    capabilities: list[str | Capability],
+    registry: str | Path | None = None,
+    llm: LLMConfig | None = None,
+    cache: str | Path | None = None,
+) -> list[dict[str, Any]]:
+    """Match capabilities to `envs_registry.yaml` ids (tags first, else the LLM if given).
+
+    `cache` is the SQLite file for LLM calls (default: `map_envs_cache.sqlite` in the
+    current directory, used only when `llm` is given).
+    """
+    from .map_envs import map_envs as _map_envs
+
+    caps = [
+        c if isinstance(c, Capability) else Capability(name=c, definition=c.replace("_", " "))
+        for c in capabilities
+    ]
+    client = LLMClient(llm, Cache(cache or "map_envs_cache.sqlite")) if llm else None
+    return asyncio.run(_map_envs(caps, registry, client, show_progress=False))

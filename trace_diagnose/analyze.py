@@ -23,8 +23,9 @@ test (LACKING over-represented among failures) with Benjamini-Hochberg q-values,
 pairwise Cohen's kappa across runs, a greedy cumulative failure-coverage curve and the
 failures no core capability explains. A paper-selected capability with fewer than
 `MIN_FAIL_NON_NA` non-NA failures, fewer than `MIN_LACKING` lacking failures or no non-NA
-success gets the verdict "insufficient evidence" and is left out of `core`, the list
-map-envs and the report treat as the diagnosis.
+success gets the verdict "insufficient evidence"; one whose Benjamini-Hochberg q is at least
+`Q_MAX` gets "not significant". Both are left out of `core`, the list map-envs and the
+report treat as the diagnosis (`selected_capabilities` stays the paper's rule).
 
 Label runs: `run_XX.json` files holding, per capability, the six id lists
 `lacking_failed, present_failed, na_failed, lacking_passed, present_passed, na_passed` and
@@ -52,6 +53,7 @@ DELTA = 0.20  # contrastive-gap threshold (paper)
 CONSISTENCY = 0.8  # share of runs a capability must pass (8 of 10 in the paper)
 MIN_FAIL_NON_NA = 5  # fewer non-NA failures than this: "insufficient evidence"
 MIN_LACKING = 3  # fewer LACKING failures than this: "insufficient evidence"
+Q_MAX = 0.10  # Benjamini-Hochberg q at or above this: "not significant"
 EXAMPLES = 8  # example failed cases kept per selected capability (paper)
 LISTS = (
     "lacking_failed",
@@ -317,6 +319,11 @@ def _verdict(rule: dict[str, Any], pooled: dict[str, Any]) -> tuple[str, str]:
             f"{t['lacking_failed']} LACKING of {non_na_fail} non-NA failures and "
             f"{t['lacking_passed'] + t['present_passed']} non-NA successes: too few to support a selection "
             f"(need >= {MIN_LACKING} LACKING, >= {MIN_FAIL_NON_NA} non-NA failures, >= 1 non-NA success)"
+        )
+    if pooled["bh_q"] is None or pooled["bh_q"] >= Q_MAX:
+        return "not significant", (
+            f"passed in {rule['n_runs_passed']} of {rule['n_runs_total']} runs, but the majority labels give "
+            f"Fisher q = {pooled['bh_q']:.3g} >= {Q_MAX}: the contrast may be chance"
         )
     return "selected", f"passed in {rule['n_runs_passed']} of {rule['n_runs_total']} runs"
 

@@ -1,0 +1,403 @@
+"""trace-diagnose: the command line, a thin layer over `trace_diagnose.run`.
+
+    trace-diagnose run INPUT... -o RUN_DIR --model openai/gpt-4o-mini   # every stage, resumable
+    trace-diagnose ingest INPUT... -o RUN_DIR [--redact REGEX]
+    trace-diagnose render RUN_DIR
+    trace-diagnose propose RUN_DIR --model M
+    trace-diagnose label RUN_DIR --model M [--n-runs 10]
+    trace-diagnose analyze [RUN_DIR] [--runs 'DIR/run_*.json'] [--json OUT]
+    trace-diagnose map-envs RUN_DIR [--model M] [--registry envs_registry.yaml]
+    trace-diagnose report RUN_DIR
+    trace-diagnose status RUN_DIR
+
+Errors print one line and exit 1 (2 for a budget stop or a `--cache-only` miss, both
+resumable); `TRACE_DEBUG=1` shows the traceback. Rerunning a command resumes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, DiagnoseError
+
+EXAMPLES = """examples:
+  trace-diagnose run results/airline.json -o runs/airline --model openai/gpt-4o-mini --max-cost 5
+  trace-diagnose run results/airline.json -o runs/airline --model openai/gpt-4o-mini --dry-run
+  trace-diagnose analyze --runs 'pipeline/run_*.json' --json selected.json
+  trace-diagnose status runs/airline
+"""
+
+
+def _llm_options(p: argparse.ArgumentParser, required: bool = True) -> None:
+    g = p.add_argument_group("LLM (litellm)")
+    g.add_argument(
+        "--model", required=required, help="litellm provider/model, e.g. openai/gpt-4o-mini"
+    )
+    g.add_argument(
+        "--api-base", help="base URL of an OpenAI-compatible server (e.g. http://127.0.0.1:8000/v1)"
+    )
+    g.add_argument(
+        "--api-key-env",
+        help="read the API key from this environment variable (default: the provider's own)",
+    )
+    g.add_argument(
+        "--concurrency", type=int, default=8, help="requests in flight at once (default 8)"
+    )
+    g.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+    g.add_argument(
+        "--retries", type=int, default=3, help="transport retries per request (default 3)"
+    )
+    g.add_argument(
+        "--repair-retries", type=int, default=2, help="re-asks after an invalid answer (default 2)"
+    )
+    g.add_argument(
+        "--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)"
+    )
+    g.add_argument(
+        "--max-cost", type=float, help="hard cap in USD for new calls; stops with exit code 2"
+    )
+    g.add_argument(
+        "--price-in",
+        type=float,
+        help="USD per million input tokens (overrides litellm's price map)",
+    )
+    g.add_argument("--price-out", type=float, help="USD per million output tokens")
+    g.add_argument(
+        "--cache-only",
+        action="store_true",
+        help="replay cached calls only; a miss exits with code 2",
+    )
+    g.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print calls, tokens and cost still to spend, then stop",
+    )
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _llm_config(args: argparse.Namespace) -> Any:
+    from .llm import LLMConfig
+
+    if not args.model:
+        return None
+    key = None
+    if args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            raise ConfigError(
+                f"--api-key-env {args.api_key_env}: that environment variable is empty or unset"
+            )
+    return LLMConfig(
+        model=args.model,
+        api_base=args.api_base,
+        api_key=key,
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        retries=args.retries,
+        repair_retries=args.repair_retries,
+        temperature=args.temperature,
+        max_cost=args.max_cost,
+        price_in=args.price_in,
+        price_out=args.price_out,
+        cache_only=args.cache_only,
+    )
+
+
+def _ingest_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="trajectory files or folders")
+    p.add_argument("-o", "--out", required=True, metavar="RUN_DIR", help="run directory")
+    p.add_argument(
+        "--redact",
+        action="append",
+        metavar="REGEX",
+        help="replace matches with [REDACTED] before any LLM call (repeatable)",
+    )
+    p.add_argument(
+        "--format",
+        default="auto",
+        help="auto (default), tau2, openai_jsonl, mini_swe_agent, swe_agent, trace_gym",
+    )
+    p.add_argument(
+        "--swebench-report", help="SWE-bench harness report giving SWE trajectories their outcome"
+    )
+    p.add_argument(
+        "--success-threshold",
+        type=float,
+        default=1.0,
+        help="reward counted as success for JSONL inputs (default 1.0)",
+    )
+
+
+def _analysis_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--rho", type=float, default=0.10, help="coverage threshold per run (default 0.10)"
+    )
+    p.add_argument(
+        "--delta", type=float, default=0.20, help="delta threshold per run (default 0.20)"
+    )
+    p.add_argument(
+        "--k-consistency", type=int, help="runs a capability must pass (default: ceil(0.8 * runs))"
+    )
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The argument parser (one subcommand per stage)."""
+    parser = argparse.ArgumentParser(
+        prog="trace-diagnose",
+        description="Diagnose an agent's failures into missing capabilities (TRACE stage 1).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser(
+        "run",
+        help="all stages, resumable",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _ingest_options(p)
+    _llm_options(p)
+    _analysis_options(p)
+    p.add_argument("--n-runs", type=int, default=10, help="independent labelling runs (default 10)")
+    p.add_argument("--capabilities", help="use this capabilities.json instead of proposing")
+    p.add_argument(
+        "--max-caps", type=int, default=8, help="capabilities to propose at most (default 8)"
+    )
+    p.add_argument("--registry", help="envs_registry.yaml (default: the repository's)")
+    p.add_argument(
+        "--max-tokens-per-trajectory",
+        type=int,
+        default=8000,
+        help="rendered transcript cap (default 8000)",
+    )
+    p = sub.add_parser("ingest", help="read trajectories into RUN_DIR/trajectories.jsonl")
+    _ingest_options(p)
+    p = sub.add_parser("render", help="write the outcome-blind transcripts the labeller sees")
+    p.add_argument("run_dir")
+    p.add_argument("--max-tokens-per-trajectory", type=int, default=8000)
+    p = sub.add_parser("propose", help="propose capabilities into RUN_DIR/capabilities.json")
+    p.add_argument("run_dir")
+    _llm_options(p)
+    p.add_argument("--max-caps", type=int, default=8)
+    p.add_argument(
+        "--n-sample", type=int, default=24, help="trajectories shown to the proposer (default 24)"
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite an existing (maybe edited) capabilities.json",
+    )
+    p = sub.add_parser("label", help="label every trajectory N times")
+    p.add_argument("run_dir")
+    _llm_options(p)
+    p.add_argument("--n-runs", type=int, default=10)
+    p.add_argument("--max-tokens-per-trajectory", type=int, default=8000)
+    p = sub.add_parser(
+        "analyze",
+        help="statistics and selection (no LLM)",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_dir", nargs="?")
+    p.add_argument(
+        "--runs", help="label runs to read, e.g. 'DIR/run_*.json' (ours or the paper's format)"
+    )
+    p.add_argument("--json", help="also write the analysis to this file")
+    p.add_argument(
+        "--capabilities",
+        help="capability descriptions (default: capabilities.json or candidate_capabilities.json beside the runs)",
+    )
+    _analysis_options(p)
+    p = sub.add_parser("map-envs", help="match core capabilities to environment ids")
+    p.add_argument("run_dir")
+    _llm_options(p, required=False)
+    p.add_argument("--registry")
+    p = sub.add_parser("report", help="write report.md, report.html and report.json")
+    p.add_argument("run_dir")
+    p = sub.add_parser("status", help="stages done, calls, cost, unlabelled trajectories")
+    p.add_argument("run_dir")
+    return parser
+
+
+def _render_config(args: argparse.Namespace) -> Any:
+    from .render import RenderConfig
+
+    return RenderConfig(max_tokens=args.max_tokens_per_trajectory)
+
+
+def _print_estimate(est: dict[str, Any]) -> None:
+    print(f"dry run for {est['model']} (nothing was sent):")
+    for stage, e in est["stages"].items():
+        cost = "unknown price" if e["cost_usd"] is None else f"{e['cost_usd']:.4f} USD"
+        print(
+            f"  {stage:8s} {e['calls']:6d} calls  {e['prompt_tokens']:9d} prompt tokens  {e['output_tokens']:8d} output tokens  {cost}"
+        )
+    total = est["total_cost_usd"]
+    print(
+        f"  total    {'unknown (pass --price-in/--price-out)' if total is None else f'{total:.4f} USD'}  ({est['note']})"
+    )
+
+
+def _print_analysis(result: dict[str, Any]) -> None:
+    print(f"{'capability':40s} {'runs':>6s} {'cov':>6s} {'delta':>6s}  verdict")
+    for r in result["capabilities"]:
+        cov = "n/a" if r["mean_cov"] is None else f"{r['mean_cov']:.3f}"
+        delta = "n/a" if r["mean_delta"] is None else f"{r['mean_delta']:.3f}"
+        print(
+            f"{r['name'][:40]:40s} {r['n_runs_passed']:>3d}/{r['n_runs_total']:<2d} {cov:>6s} {delta:>6s}  {r['verdict']}"
+        )
+    print(
+        f"paper rule selects: {', '.join(s['skill'] for s in result['selected_capabilities']) or 'none'}"
+    )
+    print(f"core: {', '.join(result['core']) or 'none'}")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from . import run
+
+    llm = _llm_config(args)
+    if args.dry_run:
+        run.stage_ingest(
+            args.out,
+            args.inputs,
+            args.redact,
+            args.format,
+            args.swebench_report,
+            args.success_threshold,
+        )
+        _print_estimate(
+            run.estimate(args.out, llm, args.n_runs, _render_config(args), args.max_caps)
+        )
+        return 0
+    result = run.run_diagnosis(
+        args.inputs,
+        args.out,
+        llm=llm,
+        n_runs=args.n_runs,
+        redact=args.redact,
+        fmt=args.format,
+        swebench_report=args.swebench_report,
+        capabilities=args.capabilities,
+        registry=args.registry,
+        render_config=_render_config(args),
+        max_caps=args.max_caps,
+        rho=args.rho,
+        delta=args.delta,
+        k_consistency=args.k_consistency,
+        show_progress=not args.no_progress,
+    )
+    _print_analysis(result)
+    print(f"report: {Path(args.out) / 'report.html'}")
+    return 0
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from .analyze import analyze, descriptions_from_file, load_label_runs
+    from .run import stage_analyze, write_json
+
+    if args.run_dir is None and args.runs is None:
+        raise ConfigError("analyze needs RUN_DIR or --runs 'DIR/run_*.json'")
+    if args.run_dir is not None:
+        result = stage_analyze(args.run_dir, args.runs, args.rho, args.delta, args.k_consistency)
+    else:
+        runs = load_label_runs(args.runs)
+        caps = Path(args.capabilities) if args.capabilities else None
+        if caps is None:
+            folder = Path(args.runs).parent
+            caps = next(
+                (
+                    folder / n
+                    for n in ("capabilities.json", "candidate_capabilities.json")
+                    if (folder / n).exists()
+                ),
+                None,
+            )
+        descriptions = descriptions_from_file(caps) if caps else None
+        result = analyze(
+            runs, descriptions, rho=args.rho, delta=args.delta, k_consistency=args.k_consistency
+        )
+    if args.json:
+        write_json(Path(args.json), result)
+    _print_analysis(result)
+    return 0
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from . import run
+
+    cmd = args.command
+    if cmd == "run":
+        return _cmd_run(args)
+    if cmd == "analyze":
+        return _cmd_analyze(args)
+    if cmd == "ingest":
+        trajs = run.stage_ingest(
+            args.out,
+            args.inputs,
+            args.redact,
+            args.format,
+            args.swebench_report,
+            args.success_threshold,
+        )
+        print(f"{len(trajs)} trajectories -> {Path(args.out) / 'trajectories.jsonl'}")
+        print(json.dumps(run.read_json(run.RunDir(args.out).summary)["by_status"]))
+    elif cmd == "render":
+        print(run.stage_render(args.run_dir, _render_config(args)))
+    elif cmd == "status":
+        print(json.dumps(run.status(args.run_dir), indent=2))
+    elif cmd == "report":
+        for kind, path in run.stage_report(args.run_dir).items():
+            print(f"{kind}: {path}")
+    elif args.dry_run and cmd in ("propose", "label"):
+        _print_estimate(run.estimate(args.run_dir, _llm_config(args), getattr(args, "n_runs", 10)))
+    elif cmd == "propose":
+        caps = run.stage_propose(
+            args.run_dir,
+            _llm_config(args),
+            args.max_caps,
+            args.n_sample,
+            args.force,
+            not args.no_progress,
+        )
+        print("\n".join(c.name for c in caps))
+    elif cmd == "label":
+        runs = run.stage_label(
+            args.run_dir, _llm_config(args), args.n_runs, _render_config(args), not args.no_progress
+        )
+        print(f"{len(runs)} runs; unlabelled: {len({t for r in runs for t in r.unlabelled})}")
+    elif cmd == "map-envs":
+        for m in run.stage_map_envs(
+            args.run_dir, _llm_config(args), args.registry, not args.no_progress
+        ):
+            print(
+                f"{m['capability']}: {', '.join(m['env_ids']) or 'needs a new environment'} ({m['method']})"
+            )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `trace-diagnose`; returns the exit code."""
+    args = make_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except DiagnoseError as exc:
+        if os.environ.get("TRACE_DEBUG") == "1":
+            traceback.print_exc()
+        print(f"trace-diagnose: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(
+            "trace-diagnose: interrupted; finished calls are cached: rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,532 @@
+"""llm: the only module that talks to litellm: cache, retries, concurrency, cost cap.
+
+Public API::
+
+    LLMConfig(model="openai/gpt-4o-mini", api_base=None, concurrency=8, timeout=120, ...)
+    Cache(path)                       # SQLite, one row per completed request
+    LLMClient(config, cache)
+        await client.structured(stage, messages, schema, validate=None, sample=0)
+            -> CallResult(value | None, error | None)
+        client.estimate_cost(prompt_tokens, output_tokens) -> float | None
+    run_bounded(coroutines, limit, progress_label) -> list   # asyncio concurrency limit
+
+**Cache and resume.** Every completed request (valid answer or not) is stored under the
+SHA-256 of the exact request (model, decoding parameters, sample index, messages, schema)
+and committed at once. Validation is deterministic, so replaying the cache walks the same
+schema-repair path: rerunning a command never asks the model again for a request that
+already completed, and `cache_only=True` replays without any network call (a miss raises
+`CacheMiss`). Transport failures (HTTP 5xx, timeouts, connection errors) are recorded in an
+`errors` table and retried, never cached as answers.
+
+**Structured output.** The pydantic schema goes to litellm as a `json_schema`
+`response_format`; the answer is parsed and validated locally anyway (many providers ignore
+the schema). An invalid answer is shown back to the model with the validation error, up to
+`repair_retries` times; after that the item stays unanswered with the reason.
+
+**Cost.** Per-call cost comes from token usage times the price per token (`price_in` /
+`price_out` in USD per million tokens, else litellm's bundled price map). `max_cost` is a
+hard cap: a call is not started when the spend so far plus the estimates of calls in flight
+and of this call would exceed it (`BudgetExceeded`, exit code 2; finished work is cached).
+
+litellm is imported lazily inside functions, so analysis and reporting work without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import BudgetExceeded, CacheMiss, LLMError
+from .render import approx_tokens
+
+T = TypeVar("T")
+Validator = Callable[[Any], "str | None"]
+
+
+@dataclass
+class LLMConfig:
+    """LLM access settings (one field per concern; the CLI help is derived from these).
+
+    model: litellm `provider/model` string, e.g. `openai/gpt-4o-mini` or `openai/stub` with
+        `api_base` for an OpenAI-compatible local server.
+    api_base / api_key: passed to litellm as is (api_key falls back to the provider's env var).
+    concurrency: requests in flight at once (asyncio semaphore). Default 8.
+    timeout: seconds per request. Default 120.
+    retries: transport retries per request (HTTP 5xx, 429, timeouts, connection errors), with
+        exponential backoff from `backoff` seconds. Default 3.
+    repair_retries: re-asks after an answer fails schema or evidence validation. Default 2.
+    temperature / max_tokens: decoding parameters (part of the cache key).
+    max_cost: hard cap in USD for new (uncached) calls; None disables it.
+    price_in / price_out: USD per million input / output tokens; override litellm's price map
+        (required for `max_cost` or a dry-run estimate when the model is not in the map).
+    cache_only: replay from the cache only; a miss raises `CacheMiss`.
+    """
+
+    model: str
+    api_base: str | None = None
+    api_key: str | None = None
+    concurrency: int = 8
+    timeout: float = 120.0
+    retries: int = 3
+    repair_retries: int = 2
+    temperature: float = 0.7
+    max_tokens: int = 4096
+    max_cost: float | None = None
+    price_in: float | None = None
+    price_out: float | None = None
+    cache_only: bool = False
+    backoff: float = 0.5
+
+    def __post_init__(self) -> None:
+        if "/" not in self.model:
+            raise LLMError(
+                f"--model {self.model!r} must be a litellm 'provider/model' string, e.g. openai/gpt-4o-mini"
+            )
+        if self.concurrency < 1:
+            raise LLMError(f"--concurrency={self.concurrency} must be >= 1")
+        if self.max_cost is not None and self.max_cost < 0:
+            raise LLMError(f"--max-cost={self.max_cost} must be >= 0")
+        if (self.price_in is None) != (self.price_out is None):
+            raise LLMError(
+                "give both --price-in and --price-out (USD per million tokens), or neither"
+            )
+
+
+@dataclass
+class CallResult:
+    """Outcome of one structured call: a validated value, or the reason there is none."""
+
+    value: Any = None
+    error: str | None = None
+    calls: int = 0  # network requests made for this result (0 when fully cached)
+
+
+class Cache:
+    """Persistent SQLite cache of completed requests; every write is committed at once."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, stage TEXT, model TEXT,
+                request TEXT, response TEXT, prompt_tokens INT, completion_tokens INT,
+                cost REAL, created REAL);
+            CREATE TABLE IF NOT EXISTS errors (id INTEGER PRIMARY KEY, key TEXT, stage TEXT,
+                error TEXT, created REAL);
+            """
+        )
+        self.db.commit()
+
+    def get(self, key: str) -> str | None:
+        """The stored response text for a request key, if any."""
+        row = self.db.execute("SELECT response FROM calls WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def put(
+        self,
+        key: str,
+        stage: str,
+        model: str,
+        request: dict[str, Any],
+        response: str,
+        usage: tuple[int, int],
+        cost: float | None,
+    ) -> None:
+        """Store one completed request and commit (an interrupt loses only calls in flight)."""
+        self.db.execute(
+            "INSERT OR IGNORE INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                key,
+                stage,
+                model,
+                json.dumps(request),
+                response,
+                usage[0],
+                usage[1],
+                cost,
+                time.time(),
+            ),
+        )
+        self.db.commit()
+
+    def record_error(self, key: str, stage: str, error: str) -> None:
+        """Log a failed attempt (retried later; never served as an answer)."""
+        self.db.execute(
+            "INSERT INTO errors (key, stage, error, created) VALUES (?, ?, ?, ?)",
+            (key, stage, error, time.time()),
+        )
+        self.db.commit()
+
+    def stats(self) -> dict[str, Any]:
+        """Counts, tokens and cost per stage, and the number of recorded errors."""
+        rows = self.db.execute(
+            "SELECT stage, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(cost) FROM calls GROUP BY stage"
+        ).fetchall()
+        errors = self.db.execute("SELECT stage, COUNT(*) FROM errors GROUP BY stage").fetchall()
+        return {
+            "stages": {
+                s: {
+                    "calls": n,
+                    "prompt_tokens": pi or 0,
+                    "completion_tokens": po or 0,
+                    "cost_usd": c or 0.0,
+                }
+                for s, n, pi, po, c in rows
+            },
+            "errors": dict(errors),
+        }
+
+    def close(self) -> None:
+        """Close the database."""
+        self.db.close()
+
+
+def canonical_key(payload: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a request."""
+    return hashlib.sha256(
+        json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()
+    ).hexdigest()
+
+
+def _litellm() -> Any:
+    # The bundled price map: importing litellm must not fetch anything from the network.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        import litellm
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise LLMError("litellm is not installed: pip install 'trace-rl[diagnose]'") from exc
+    litellm.suppress_debug_info = True  # its "Give Feedback" banner would flood the progress output
+    return litellm
+
+
+def response_format(schema: type[BaseModel] | dict[str, Any], name: str) -> dict[str, Any]:
+    """An OpenAI `json_schema` response_format for a pydantic model or a raw JSON schema."""
+    body = schema if isinstance(schema, dict) else schema.model_json_schema()
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": body, "strict": False}}
+
+
+class LLMClient:
+    """Structured LLM calls with cache, retries, schema repair, concurrency and a cost cap."""
+
+    def __init__(self, config: LLMConfig, cache: Cache) -> None:
+        self.config = config
+        self.cache = cache
+        self.spent = 0.0
+        self.reserved = 0.0
+        self.network_calls = 0
+        self.cache_hits = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.prices = self._prices()
+
+    def _prices(self) -> tuple[float, float] | None:
+        cfg = self.config
+        if cfg.price_in is not None and cfg.price_out is not None:
+            return cfg.price_in / 1e6, cfg.price_out / 1e6
+        if cfg.cache_only:
+            return None
+        entry = _litellm().model_cost.get(cfg.model) or _litellm().model_cost.get(
+            cfg.model.split("/", 1)[1]
+        )
+        if entry and entry.get("input_cost_per_token") is not None:
+            return float(entry["input_cost_per_token"]), float(
+                entry.get("output_cost_per_token") or 0.0
+            )
+        if cfg.max_cost is not None:
+            raise LLMError(
+                f"no price known for {cfg.model!r}: pass --price-in and --price-out (USD per million tokens) to use --max-cost"
+            )
+        return None
+
+    def estimate_cost(self, prompt_tokens: int, output_tokens: int) -> float | None:
+        """USD for a call of this size, or None when the price is unknown."""
+        if self.prices is None:
+            return None
+        return prompt_tokens * self.prices[0] + output_tokens * self.prices[1]
+
+    def request_key(
+        self, stage: str, messages: list[dict[str, str]], schema_name: str, sample: int
+    ) -> tuple[str, dict[str, Any]]:
+        """The cache key and canonical request of a call."""
+        request = {
+            "stage": stage,
+            "model": self.config.model,
+            "temperature": self.config.temperature,
+            "max_tokens": self.config.max_tokens,
+            "sample": sample,
+            "schema": schema_name,
+            "messages": messages,
+        }
+        return canonical_key(request), request
+
+    def is_cached(
+        self, stage: str, messages: list[dict[str, str]], schema_name: str, sample: int = 0
+    ) -> bool:
+        """True when the first request of a call is already in the cache."""
+        return self.cache.get(self.request_key(stage, messages, schema_name, sample)[0]) is not None
+
+    async def structured(
+        self,
+        stage: str,
+        messages: list[dict[str, str]],
+        schema: type[BaseModel],
+        validate: Validator | None = None,
+        sample: int = 0,
+        json_schema: dict[str, Any] | None = None,
+    ) -> CallResult:
+        """Ask for JSON matching `schema` (and `validate`), repairing invalid answers."""
+        conversation = list(messages)
+        result = CallResult()
+        last_error = "no answer"
+        for _ in range(self.config.repair_retries + 1):
+            text, err, calls = await self._complete(
+                stage, conversation, schema, sample, json_schema
+            )
+            result.calls += calls
+            if text is None:
+                result.error = err
+                return result
+            value, last_error = self._check(text, schema, validate)
+            if last_error is None:
+                result.value = value
+                return result
+            conversation = conversation + [
+                {"role": "assistant", "content": text},
+                {
+                    "role": "user",
+                    "content": f"Your answer was invalid: {last_error}\nAnswer again with the complete JSON object only.",
+                },
+            ]
+        result.error = f"invalid after {self.config.repair_retries} repair attempts: {last_error}"
+        return result
+
+    @staticmethod
+    def _check(
+        text: str, schema: type[BaseModel], validate: Validator | None
+    ) -> tuple[Any, str | None]:
+        try:
+            value = schema.model_validate_json(_strip_fences(text))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "answer"
+            return (
+                None,
+                f"{'malformed JSON' if first['type'] == 'json_invalid' else 'schema violation'} at {where}: {first['msg']}",
+            )
+        problem = validate(value) if validate else None
+        return (None, problem) if problem else (value, None)
+
+    async def _complete(
+        self,
+        stage: str,
+        messages: list[dict[str, str]],
+        schema: type[BaseModel],
+        sample: int,
+        json_schema: dict[str, Any] | None,
+    ) -> tuple[str | None, str | None, int]:
+        """One request: from the cache, or from the model with transport retries."""
+        key, request = self.request_key(stage, messages, schema.__name__, sample)
+        cached = self.cache.get(key)
+        if cached is not None:
+            self.cache_hits += 1
+            return cached, None, 0
+        if self.config.cache_only:
+            raise CacheMiss(
+                f"--cache-only: the {stage} request {key[:12]} is not in {self.cache.path}; rerun without --cache-only"
+            )
+        fmt = response_format(json_schema or schema, schema.__name__)
+        error = "no attempt"
+        for attempt in range(self.config.retries + 1):
+            estimate = self._reserve(messages)
+            try:
+                response = await self._acompletion(messages, fmt, sample)
+            except _api_errors() as exc:
+                if _is_fatal(exc):
+                    raise LLMError(
+                        f"{self.config.model}: {type(exc).__name__}: {str(exc)[:300]}"
+                    ) from exc
+                error = f"{type(exc).__name__}: {str(exc)[:200]}"
+                self.cache.record_error(key, stage, error)
+                if not _is_retryable(exc):
+                    return None, error, attempt + 1
+                await asyncio.sleep(self.config.backoff * 2**attempt)
+                continue
+            finally:
+                self.reserved -= estimate
+            self.network_calls += 1
+            text = response.choices[0].message.content or ""
+            usage = getattr(response, "usage", None)
+            tokens = (
+                getattr(usage, "prompt_tokens", 0) or 0,
+                getattr(usage, "completion_tokens", 0) or 0,
+            )
+            cost = self.estimate_cost(*tokens)
+            self.spent += cost or 0.0
+            self.prompt_tokens += tokens[0]
+            self.completion_tokens += tokens[1]
+            self.cache.put(key, stage, self.config.model, request, text, tokens, cost)
+            return text, None, attempt + 1
+        return (
+            None,
+            f"gave up after {self.config.retries + 1} attempts: {error}",
+            self.config.retries + 1,
+        )
+
+    def _reserve(self, messages: list[dict[str, str]]) -> float:
+        """Check the cost cap before a call and reserve its estimated cost."""
+        estimate = (
+            self.estimate_cost(
+                sum(approx_tokens(m["content"]) for m in messages), self.config.max_tokens // 4
+            )
+            or 0.0
+        )
+        cap = self.config.max_cost
+        if cap is not None and self.spent + self.reserved + estimate > cap:
+            raise BudgetExceeded(
+                f"--max-cost {cap:.4f} USD reached (spent {self.spent:.4f}, next call ~{estimate:.4f}); "
+                "finished calls are cached: rerun with a higher --max-cost to resume"
+            )
+        self.reserved += estimate
+        return estimate
+
+    async def _acompletion(
+        self, messages: list[dict[str, str]], fmt: dict[str, Any], sample: int
+    ) -> Any:
+        cfg = self.config
+        kwargs: dict[str, Any] = {
+            "model": cfg.model,
+            "messages": messages,
+            "response_format": fmt,
+            "temperature": cfg.temperature,
+            "max_tokens": cfg.max_tokens,
+            "timeout": cfg.timeout,
+            "seed": sample,
+            # Retries are ours (counted, backed off, recorded); the SDK's own would hide them.
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if cfg.api_base:
+            kwargs["api_base"] = cfg.api_base
+        if cfg.api_key:
+            kwargs["api_key"] = cfg.api_key
+        # asyncio.wait_for backs up the provider timeout: a stalled stream must not hang a run.
+        return await asyncio.wait_for(_litellm().acompletion(**kwargs), cfg.timeout + 5)
+
+
+def _strip_fences(text: str) -> str:
+    stripped = text.strip()
+    if stripped.startswith("```"):
+        stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
+        stripped = stripped.rsplit("```", 1)[0]
+    return stripped
+
+
+def _api_errors() -> tuple[type[BaseException], ...]:
+    import openai  # a litellm dependency; its exception classes are litellm's bases
+
+    return (openai.APIError, asyncio.TimeoutError)
+
+
+def _is_fatal(exc: BaseException) -> bool:
+    """Credentials or model name wrong: no point in retrying or going on."""
+    import openai
+
+    return isinstance(
+        exc, (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
+    )
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    """Timeouts, connection errors, 429 and 5xx are transient; other 4xx are not."""
+    import openai
+
+    if isinstance(exc, (asyncio.TimeoutError, openai.APIConnectionError, openai.RateLimitError)):
+        return True
+    status = getattr(exc, "status_code", None)
+    return status is None or status >= 500 or status in (408, 409, 429)
+
+
+async def run_bounded(
+    factories: Sequence[Callable[[], Awaitable[T]]],
+    limit: int,
+    label: str = "",
+    show_progress: bool = True,
+) -> list[T]:
+    """Run coroutine factories with at most `limit` in flight; results keep input order.
+
+    The first `BudgetExceeded` or `CacheMiss` stops new work: running calls finish (and are
+    cached), then it is raised.
+    """
+    sem = asyncio.Semaphore(limit)
+    stop: list[BaseException] = []
+    progress = _progress(label, len(factories), show_progress)
+
+    async def one(factory: Callable[[], Awaitable[T]]) -> T | None:
+        async with sem:
+            if stop:
+                return None
+            try:
+                return await factory()
+            except (BudgetExceeded, CacheMiss) as exc:
+                stop.append(exc)
+                return None
+            finally:
+                progress.advance()
+
+    try:
+        results = await asyncio.gather(*(one(f) for f in factories))
+    finally:
+        progress.close()
+    if stop:
+        raise stop[0]
+    return list(results)  # type: ignore[arg-type]
+
+
+@dataclass
+class _Progress:
+    bar: Any = None
+    task: Any = None
+    done: int = field(default=0)
+
+    def advance(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _progress(label: str, total: int, show: bool) -> _Progress:
+    if not show or total == 0:
+        return _Progress()
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return _Progress()
+    bar = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    bar.start()
+    return _Progress(bar=bar, task=bar.add_task(label, total=total))

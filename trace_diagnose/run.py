@@ -1,0 +1,390 @@
+"""run: the run directory, one function per stage, resume, status and the dry-run estimate.
+
+Public API (what `trace_train/pipeline.py` and the CLI call)::
+
+    run_diagnosis(inputs, run_dir, model, *, n_runs=10, llm=None, ...) -> dict  # all stages
+    stage_ingest(run_dir, inputs, redact=None, fmt="auto", swebench_report=None) -> list[Trajectory]
+    stage_render(run_dir, render_config=None) -> Path
+    stage_propose(run_dir, llm, max_caps=8, n_sample=24, force=False) -> list[Capability]
+    stage_label(run_dir, llm, n_runs=10, render_config=None) -> list[LabelRun]
+    stage_analyze(run_dir, runs_glob=None, rho=0.10, delta=0.20, k_consistency=None) -> dict
+    stage_map_envs(run_dir, llm=None, registry=None) -> list[dict]
+    stage_report(run_dir) -> dict[str, Path]
+    estimate(run_dir, llm, n_runs=10, ...) -> dict        # --dry-run, no LLM call
+    status(run_dir) -> dict
+
+Layout of RUN_DIR: `trajectories.jsonl` and `ingest_summary.json` (ingest), `rendered.jsonl`
+(render), `capabilities.json` (propose; editable, never overwritten unless forced),
+`labels/run_XX.json` (label), `analysis.json` (analyze), `env_matches.json` (map-envs),
+`report.md` / `report.html` / `report.json` (report), `cache.sqlite` (every LLM call) and
+`manifest.json` (configuration and stage status). Every artifact is written atomically.
+Resuming is rerunning the same command: LLM calls come from the cache, so nothing that
+finished is asked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from .analyze import LabelRun, analyze, load_label_runs
+from .errors import ConfigError
+from .ingest import ingest
+from .label import DEFAULT_RUNS, label_messages, label_trajectories
+from .llm import Cache, LLMClient, LLMConfig
+from .map_envs import map_envs
+from .propose import propose_capabilities, read_capabilities, select_sample, write_capabilities
+from .render import RenderConfig, approx_tokens, render
+from .schema import Capability, LabelResponse, Trajectory
+
+LABEL_OUTPUT_TOKENS_PER_CAP = 70  # measured on the stub's answers; used only for estimates
+
+
+class RunDir:
+    """Paths of one run directory."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.trajectories = self.path / "trajectories.jsonl"
+        self.summary = self.path / "ingest_summary.json"
+        self.rendered = self.path / "rendered.jsonl"
+        self.capabilities = self.path / "capabilities.json"
+        self.labels = self.path / "labels"
+        self.analysis = self.path / "analysis.json"
+        self.env_matches = self.path / "env_matches.json"
+        self.cache = self.path / "cache.sqlite"
+        self.manifest = self.path / "manifest.json"
+
+    def ensure(self) -> RunDir:
+        """Create the directory."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def need(self, path: Path, stage: str) -> Path:
+        """Return `path` or explain which stage produces it."""
+        if not path.exists():
+            raise ConfigError(f"{path} is missing: run `trace-diagnose {stage} {self.path}` first")
+        return path
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomic JSON write (temporary file, then rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(
+        json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
+    )
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON artifact."""
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _mark(rd: RunDir, stage: str, **info: Any) -> None:
+    manifest = read_json(rd.manifest) if rd.manifest.exists() else {"stages": {}}
+    manifest["stages"][stage] = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **info}
+    write_json(rd.manifest, manifest)
+
+
+def load_trajectories(run_dir: str | Path) -> list[Trajectory]:
+    """Read the ingested trajectories of a run directory."""
+    rd = RunDir(run_dir)
+    lines = rd.need(rd.trajectories, "ingest").read_text(encoding="utf-8").splitlines()
+    return [Trajectory.model_validate_json(line) for line in lines if line.strip()]
+
+
+def stage_ingest(
+    run_dir: str | Path,
+    inputs: list[str | Path],
+    redact: list[str] | None = None,
+    fmt: str = "auto",
+    swebench_report: str | Path | None = None,
+    success_threshold: float = 1.0,
+) -> list[Trajectory]:
+    """Ingest inputs into RUN_DIR/trajectories.jsonl plus a summary with exclusion reasons."""
+    rd = RunDir(run_dir).ensure()
+    trajs = ingest(
+        inputs,
+        redact,
+        fmt=fmt,
+        swebench_report=swebench_report,
+        success_threshold=success_threshold,
+    )
+    tmp = rd.trajectories.with_name("trajectories.jsonl.tmp")
+    tmp.write_text("".join(t.model_dump_json() + "\n" for t in trajs), encoding="utf-8")
+    tmp.replace(rd.trajectories)
+    summary = {
+        "inputs": [str(p) for p in inputs],
+        "redact": redact or [],
+        "n": len(trajs),
+        "by_status": {
+            s: sum(t.outcome.status == s for t in trajs)
+            for s in ("success", "failure", "excluded", "unknown")
+        },
+        "by_format": {
+            f: sum(t.source_format == f for t in trajs)
+            for f in sorted({t.source_format for t in trajs})
+        },
+        "tasks": len({t.task_id for t in trajs}),
+        "excluded": {t.traj_id: t.outcome.exclusion_reason for t in trajs if not t.usable},
+    }
+    write_json(rd.summary, summary)
+    _mark(rd, "ingest", n=len(trajs))
+    return trajs
+
+
+def stage_render(run_dir: str | Path, render_config: RenderConfig | None = None) -> Path:
+    """Write RUN_DIR/rendered.jsonl: the exact outcome-blind text the labeller sees."""
+    rd = RunDir(run_dir)
+    rows = []
+    for t in load_trajectories(rd.path):
+        r = render(t, render_config)
+        rows.append(
+            json.dumps(
+                {
+                    "traj_id": t.traj_id,
+                    "sha256": r.sha256,
+                    "tokens": r.tokens,
+                    "elided": list(r.elided),
+                    "text": r.text,
+                }
+            )
+        )
+    tmp = rd.rendered.with_name("rendered.jsonl.tmp")
+    tmp.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    tmp.replace(rd.rendered)
+    _mark(rd, "render", n=len(rows))
+    return rd.rendered
+
+
+def _client(rd: RunDir, llm: LLMConfig) -> LLMClient:
+    return LLMClient(llm, Cache(rd.cache))
+
+
+def stage_propose(
+    run_dir: str | Path,
+    llm: LLMConfig,
+    max_caps: int = 8,
+    n_sample: int = 24,
+    force: bool = False,
+    show_progress: bool = True,
+) -> list[Capability]:
+    """Propose capabilities into RUN_DIR/capabilities.json (kept as is when it exists)."""
+    rd = RunDir(run_dir)
+    if rd.capabilities.exists() and not force:
+        return read_capabilities(rd.capabilities)
+    client = _client(rd, llm)
+    kept, rejected = asyncio.run(
+        propose_capabilities(
+            load_trajectories(rd.path), client, max_caps, n_sample, show_progress=show_progress
+        )
+    )
+    write_capabilities(rd.capabilities, kept, rejected)
+    _mark(rd, "propose", kept=len(kept), rejected=len(rejected), calls=client.network_calls)
+    return kept
+
+
+def stage_label(
+    run_dir: str | Path,
+    llm: LLMConfig,
+    n_runs: int = DEFAULT_RUNS,
+    render_config: RenderConfig | None = None,
+    show_progress: bool = True,
+) -> list[LabelRun]:
+    """Label every usable trajectory n_runs times into RUN_DIR/labels/run_XX.json."""
+    rd = RunDir(run_dir)
+    caps = read_capabilities(rd.need(rd.capabilities, "propose"))
+    client = _client(rd, llm)
+    runs = asyncio.run(
+        label_trajectories(
+            load_trajectories(rd.path), caps, client, n_runs, render_config, show_progress
+        )
+    )
+    rd.labels.mkdir(exist_ok=True)
+    for old in rd.labels.glob("run_*.json"):
+        old.unlink()  # a smaller --runs must not leave stale runs behind
+    for run in runs:
+        write_json(rd.labels / f"run_{run.attempt:02d}.json", run.to_json())
+    unlabelled = sorted({t for r in runs for t in r.unlabelled})
+    _mark(
+        rd,
+        "label",
+        runs=n_runs,
+        unlabelled=len(unlabelled),
+        calls=client.network_calls,
+        cache_hits=client.cache_hits,
+        prompt_tokens=client.prompt_tokens,
+        completion_tokens=client.completion_tokens,
+        cost_usd=client.spent,
+    )
+    return runs
+
+
+def stage_analyze(
+    run_dir: str | Path,
+    runs_glob: str | None = None,
+    rho: float = 0.10,
+    delta: float = 0.20,
+    k_consistency: int | None = None,
+) -> dict[str, Any]:
+    """Analyze RUN_DIR/labels (or `runs_glob`) into RUN_DIR/analysis.json."""
+    rd = RunDir(run_dir)
+    runs = load_label_runs(runs_glob or str(rd.need(rd.labels, "label") / "run_*.json"))
+    descriptions = (
+        {c.name: c.definition for c in read_capabilities(rd.capabilities)}
+        if rd.capabilities.exists()
+        else None
+    )
+    trajs = load_trajectories(rd.path) if rd.trajectories.exists() else None
+    result = analyze(
+        runs, descriptions, rho=rho, delta=delta, k_consistency=k_consistency, trajectories=trajs
+    )
+    rd.ensure()
+    write_json(rd.analysis, result)
+    _mark(rd, "analyze", core=result["core"])
+    return result
+
+
+def stage_map_envs(
+    run_dir: str | Path,
+    llm: LLMConfig | None = None,
+    registry: str | Path | None = None,
+    show_progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Match the core capabilities to environment ids into RUN_DIR/env_matches.json."""
+    rd = RunDir(run_dir)
+    result = read_json(rd.need(rd.analysis, "analyze"))
+    rows = {r["name"]: r for r in result["capabilities"]}
+    caps = [Capability(name=n, definition=rows[n].get("description") or n) for n in result["core"]]
+    client = _client(rd, llm) if llm else None
+    matches = asyncio.run(map_envs(caps, registry, client, show_progress))
+    write_json(rd.env_matches, matches)
+    _mark(rd, "map-envs", matched=sum(not m["needs_new_environment"] for m in matches))
+    return matches
+
+
+def stage_report(run_dir: str | Path) -> dict[str, Path]:
+    """Write report.md, report.html and report.json from the run directory's artifacts."""
+    from .report import write_report
+
+    rd = RunDir(run_dir)
+    result = read_json(rd.need(rd.analysis, "analyze"))
+    runs = load_label_runs(str(rd.labels / "run_*.json")) if rd.labels.exists() else []
+    caps = read_capabilities(rd.capabilities) if rd.capabilities.exists() else []
+    matches = read_json(rd.env_matches) if rd.env_matches.exists() else []
+    summary = read_json(rd.summary) if rd.summary.exists() else {}
+    manifest = read_json(rd.manifest) if rd.manifest.exists() else {}
+    trajs = load_trajectories(rd.path) if rd.trajectories.exists() else []
+    paths = write_report(rd.path, result, caps, matches, runs, trajs, summary, manifest)
+    _mark(rd, "report")
+    return paths
+
+
+def estimate(
+    run_dir: str | Path,
+    llm: LLMConfig,
+    n_runs: int = DEFAULT_RUNS,
+    render_config: RenderConfig | None = None,
+    max_caps: int = 8,
+    n_sample: int = 24,
+) -> dict[str, Any]:
+    """Dry-run: calls, tokens and USD still to spend (cached calls cost nothing). No LLM call."""
+    rd = RunDir(run_dir)
+    trajs = load_trajectories(rd.path)
+    client = LLMClient(LLMConfig(**{**llm.__dict__, "max_cost": None}), Cache(rd.cache))
+    out: dict[str, Any] = {"model": llm.model, "stages": {}}
+    if rd.capabilities.exists():
+        caps = read_capabilities(rd.capabilities)
+    else:
+        sample = select_sample(trajs, n_sample)
+        tokens = sum(min(approx_tokens(render(t).text), 1500) for t in sample) + 600
+        out["stages"]["propose"] = {
+            "calls": -(-len(sample) // 8) + 1,
+            "prompt_tokens": tokens,
+            "output_tokens": 300 * max_caps,
+        }
+        caps = [Capability(name=f"capability_{i}", definition="x" * 300) for i in range(max_caps)]
+    pending, prompt_tokens = 0, 0
+    for t in (t for t in trajs if t.usable):
+        msgs = label_messages(render(t, render_config), caps)
+        size = sum(approx_tokens(m["content"]) for m in msgs)
+        for run in range(1, n_runs + 1):
+            if not client.is_cached("label", msgs, LabelResponse.__name__, run):
+                pending += 1
+                prompt_tokens += size
+    out["stages"]["label"] = {
+        "calls": pending,
+        "prompt_tokens": prompt_tokens,
+        "output_tokens": pending * LABEL_OUTPUT_TOKENS_PER_CAP * len(caps),
+    }
+    total = None
+    for stage in out["stages"].values():
+        stage["cost_usd"] = client.estimate_cost(stage["prompt_tokens"], stage["output_tokens"])
+        total = None if stage["cost_usd"] is None else (total or 0.0) + stage["cost_usd"]
+    out["total_cost_usd"] = total
+    out["note"] = "estimate: tokens are characters/4; schema repairs and retries add to it"
+    return out
+
+
+def status(run_dir: str | Path) -> dict[str, Any]:
+    """Stages done, LLM calls and cost so far, trajectories left unlabelled."""
+    rd = RunDir(run_dir)
+    if not rd.path.is_dir():
+        raise ConfigError(f"{rd.path}: no such run directory")
+    manifest = read_json(rd.manifest) if rd.manifest.exists() else {"stages": {}}
+    out: dict[str, Any] = {"run_dir": str(rd.path), "stages": manifest.get("stages", {})}
+    if rd.cache.exists():
+        cache = Cache(rd.cache)
+        out["cache"] = cache.stats()
+        cache.close()
+    if rd.labels.exists():
+        runs = (
+            load_label_runs(str(rd.labels / "run_*.json"))
+            if any(rd.labels.glob("run_*.json"))
+            else []
+        )
+        out["unlabelled"] = sorted({t for r in runs for t in r.unlabelled})
+    return out
+
+
+def run_diagnosis(
+    inputs: list[str | Path],
+    run_dir: str | Path,
+    model: str | None = None,
+    *,
+    llm: LLMConfig | None = None,
+    n_runs: int = DEFAULT_RUNS,
+    redact: list[str] | None = None,
+    fmt: str = "auto",
+    swebench_report: str | Path | None = None,
+    capabilities: str | Path | None = None,
+    registry: str | Path | None = None,
+    render_config: RenderConfig | None = None,
+    max_caps: int = 8,
+    n_sample: int = 24,
+    rho: float = 0.10,
+    delta: float = 0.20,
+    k_consistency: int | None = None,
+    show_progress: bool = True,
+) -> dict[str, Any]:
+    """All stages: ingest, render, propose (unless capabilities exist or are given), label,
+    analyze, map-envs and report. Returns the analysis. Rerunning resumes from the cache."""
+    if llm is None:
+        if model is None:
+            raise ConfigError("run_diagnosis needs a model (or an LLMConfig)")
+        llm = LLMConfig(model=model)
+    rd = RunDir(run_dir).ensure()
+    stage_ingest(rd.path, inputs, redact, fmt, swebench_report)
+    stage_render(rd.path, render_config)
+    if capabilities is not None:
+        write_capabilities(rd.capabilities, read_capabilities(Path(capabilities)), [])
+    stage_propose(rd.path, llm, max_caps, n_sample, show_progress=show_progress)
+    stage_label(rd.path, llm, n_runs, render_config, show_progress)
+    result = stage_analyze(rd.path, rho=rho, delta=delta, k_consistency=k_consistency)
+    stage_map_envs(rd.path, llm, registry, show_progress)
+    stage_report(rd.path)
+    return result
