@@ -29,7 +29,11 @@ RULE_CODES = [
 CABIN_NAMES = ["basic_economy", "economy", "business"]
 FLIGHT_NUMBER = {"type": "string", "description": "Flight number, e.g. TR1234."}
 AIRPORT = {"type": "string", "description": "IATA airport code, e.g. JFK."}
-ISO_DATE = {"type": "string", "description": "Date as YYYY-MM-DD.", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
+ISO_DATE = {
+    "type": "string",
+    "description": "Date as YYYY-MM-DD.",
+    "pattern": r"^\d{4}-\d{2}-\d{2}$",
+}
 CABIN = {"type": "string", "enum": CABIN_NAMES, "description": "Cabin class."}
 PRODUCT_ID = {"type": "string", "description": "Product id, e.g. P-12345."}
 PRODUCT_CATEGORY = {"type": "string", "description": "Product category, e.g. running shoes."}
