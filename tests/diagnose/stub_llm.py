@@ -58,6 +58,7 @@ class StubLLM:
         self.config = config or StubConfig()
         self.counts: Counter[str] = Counter()
         self.completed: list[str] = []
+        self.log: list[str] = []  # every request, in arrival order
         self.faults: Counter[str] = Counter()
         self.lock = threading.Lock()
         self.release = threading.Event()
@@ -109,6 +110,7 @@ class StubLLM:
         key = request_hash(req)
         with self.lock:
             self.counts[key] += 1
+            self.log.append(key)
             seen = self.counts[key]
             blocked = (
                 self.config.block_after is not None
