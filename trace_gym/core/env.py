@@ -39,7 +39,7 @@ from trace_gym.core.tools import ToolRefusal, ToolSet
 from trace_gym.core.user import ScriptedUser
 from trace_gym.core.verify import REWARD_MODES, Verification
 from trace_gym.errors import ActionError, ConfigError, ErrorCode, TraceGymError
-from trace_gym.world.model import World
+from trace_gym.world.model import World, json_copy
 
 MAX_TEXT = 200_000
 """Bound of the observation and action spaces (characters)."""
@@ -93,14 +93,17 @@ class EpisodeState:
         return self.agent_texts[-1][1] if self.agent_texts else ""
 
 
-def _fresh(obj: Any) -> Any:
-    """A structural copy of JSON data: every ``info`` gets objects of its own (gymnasium's
-    checker warns when consecutive infos share one, since callers keep and mutate them)."""
-    if isinstance(obj, dict):
-        return {k: _fresh(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_fresh(v) for v in obj]
-    return obj
+def task_to_dict(task: Any) -> dict[str, Any]:
+    """A task dataclass as JSON data (top level without ``asdict``'s deep copy)."""
+    return {f.name: _plain(getattr(task, f.name)) for f in dataclasses.fields(task)}
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _jsonable(action: Any) -> Any:
@@ -267,7 +270,7 @@ class TraceEnv(gym.Env[str, str]):
         self._raw_actions = []
         self._return = 0.0
         self._verification = None
-        task_dict = dataclasses.asdict(task)
+        task_dict = task_to_dict(task)
         self._meta = {
             "env_id": self.registered_id,
             "env_version": self.version,
@@ -406,10 +409,10 @@ class TraceEnv(gym.Env[str, str]):
     # -- info, render, log ----------------------------------------------------------------
     def _info(self, *, parsed: ParsedTurn | None, error: ActionError | None) -> dict[str, Any]:
         ep = self._require_episode()
-        info = {k: _fresh(v) for k, v in self._meta.items() if k != "tools"}
+        info = {k: json_copy(v) for k, v in self._meta.items() if k != "tools"}
         info["tools"] = json.loads(self._tools_json)
         info["turn"] = ep.turn
-        info["messages"] = _fresh(ep.messages)
+        info["messages"] = json_copy(ep.messages)
         info["parsed_calls"] = (
             []
             if parsed is None

@@ -415,7 +415,7 @@ class PreconditionEnv(TraceEnv):
         lines = "\n".join(
             f"{i}. [{code}] {rules[code].text}" for i, code in enumerate(task.rule_codes, 1)
         )
-        now = World.from_dict(task.world).now
+        now = task.world["now"]
         return (
             "You are a customer-service agent for Tracewell, an online shop and travel agency. "
             f"The current time is {now}.\n\n"
@@ -440,10 +440,10 @@ class PreconditionEnv(TraceEnv):
         return verify(task, episode)
 
     def oracle(self, task: PreconditionTask) -> list[Any]:
-        return oracle(task, World.from_dict(task.world))
+        return oracle(task, World.view(task.world))
 
     def difficulty_features(self, task: PreconditionTask) -> dict[str, Any]:
-        world = World.from_dict(task.world)
+        world = World.view(task.world)
         needed = deciding_records(world, task.request, task.target_id, task.rule_codes)
         return {
             "request": task.request,

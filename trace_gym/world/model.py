@@ -11,7 +11,6 @@ compared in integer cents (:func:`cents`).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -27,6 +26,16 @@ ID_FIELDS = {
     "flights": "flight_number",
     "products": "product_id",
 }
+
+
+def json_copy(obj: Any) -> Any:
+    """A deep copy of JSON data (dicts, lists, scalars); several times faster than
+    ``copy.deepcopy``, which matters because every reset and write snapshots the world."""
+    if isinstance(obj, dict):
+        return {k: json_copy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [json_copy(v) for v in obj]
+    return obj
 
 
 def money(x: float) -> float:
@@ -97,14 +106,20 @@ class World:
     # -- snapshots -----------------------------------------------------------------------
     def snapshot(self) -> World:
         """A deep copy: verifiers compare against it and never see later mutations."""
-        return World(self.now, copy.deepcopy(self.tables), copy.deepcopy(self.log))
+        return World(self.now, json_copy(self.tables), json_copy(self.log))
 
     def to_dict(self) -> dict[str, Any]:
         return {"now": self.now, "tables": self.tables, "log": self.log}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> World:
-        return cls(data["now"], copy.deepcopy(data["tables"]), copy.deepcopy(data.get("log", [])))
+        """A world built from a copy of ``data`` (safe to mutate)."""
+        return cls(data["now"], json_copy(data["tables"]), json_copy(data.get("log", [])))
+
+    @classmethod
+    def view(cls, data: dict[str, Any]) -> World:
+        """A world over ``data`` itself, without copying: for read-only use only."""
+        return cls(data["now"], data["tables"], data.get("log", []))
 
     def __eq__(self, other: object) -> bool:
         return (

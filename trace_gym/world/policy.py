@@ -154,12 +154,13 @@ def value_membership_rule(table: str, threshold: float, verb: str) -> Rule:
 
 
 def _set_amount(record: dict[str, Any], amount_field: str, amount: float) -> None:
-    if amount_field == "total":  # keep item prices adding up to the total
+    if amount_field == "total":  # keep item prices adding up to the total, and keep the items
         items = record["items"]
         rest = money(sum(item["price"] for item in items[1:]))
-        if amount - rest < 1.0:
-            del items[1:]
-            rest = 0.0
+        if amount - rest < 1.0:  # shrink the other items to a tenth of the amount in all
+            for item in items[1:]:
+                item["price"] = money(amount * 0.1 / (len(items) - 1))
+            rest = money(sum(item["price"] for item in items[1:]))
         items[0]["price"] = money(amount - rest)
     record[amount_field] = money(amount)
 
