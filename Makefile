@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m trace_train.demo
+	$(BIN)/python -m trace_gym.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
