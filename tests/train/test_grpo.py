@@ -1,0 +1,254 @@
+"""GRPO-LoRA on a multi-turn trace_gym environment with a tiny random model (offline).
+
+A random model never solves a task, so every reward would be 0 and GRPO would have no signal.
+The hinted rollouts therefore play the oracle's turns (the test's stand-in for "the hint
+helps"): rewards differ within each group, advantages are non-zero and the LoRA must move.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from tests.train.envtiny import ENV_ID, build_env_tiny
+from trace_train import grpo
+from trace_train.config import GRPORunConfig
+from trace_train.rollout import action_text
+
+HINT_MARKER = "expert_guidance"
+
+
+@pytest.fixture(scope="module")
+def env_tiny(tmp_path_factory) -> str:
+    return build_env_tiny(tmp_path_factory.getbasetemp())
+
+
+def oracle_on_hinted_rows(tokenizer_holder: dict):
+    """A stand-in for ``grpo.hf_generate``: sample as usual, but rows whose prompt carries the
+    hint get the oracle's turn for the task (all rows of a group share the task)."""
+    import gymnasium as gym
+
+    real = grpo.hf_generate
+    oracle_cache: dict[str, list[str]] = {}
+
+    def factory(model, tokenizer, stop_ids, **kw):
+        generate = real(model, tokenizer, stop_ids, **kw)
+        end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+        def wrapped(batch, max_new_tokens):
+            outs = generate(batch, max_new_tokens)
+            for i, prefix in enumerate(batch):
+                text = tokenizer.decode(prefix)
+                if HINT_MARKER not in text:
+                    continue
+                key = tokenizer_holder["key"]
+                if key not in oracle_cache:
+                    env = gym.make(ENV_ID, disable_env_checker=True)
+                    spec = grpo.EpisodeSpec.from_key(key)
+                    env.reset(seed=spec.task_seed, options={"difficulty": spec.difficulty})
+                    oracle_cache[key] = [action_text(a) for a in env.unwrapped.oracle_actions()]
+                turn = (prefix.count(end) - 2) // 2
+                plan = oracle_cache[key]
+                reply = plan[turn] if turn < len(plan) else "Done."
+                outs[i] = (tokenizer(reply, add_special_tokens=False)["input_ids"] + [end], None)
+            return outs
+
+        return wrapped
+
+    return factory
+
+
+class Recorder(TrainerCallback):
+    """Snapshots weights at the start and hooks the embedding to see every forward's input."""
+
+    def __init__(self) -> None:
+        self.lora0: dict[str, torch.Tensor] = {}
+        self.base0: dict[str, torch.Tensor] = {}
+        self.grad_inputs: list[torch.Tensor] = []
+        self.nograd_inputs: list[torch.Tensor] = []
+
+    def on_train_begin(self, args, state, control, model=None, **kw):
+        for name, p in model.named_parameters():
+            (self.lora0 if "lora_" in name else self.base0)[name] = p.detach().clone()
+
+        def hook(_module, inputs):
+            bucket = self.grad_inputs if torch.is_grad_enabled() else self.nograd_inputs
+            bucket.append(inputs[0].detach().clone())
+
+        model.get_input_embeddings().register_forward_pre_hook(hook)
+
+
+@pytest.fixture(scope="module")
+def trained(env_tiny, tmp_path_factory):
+    """Two GRPO steps; records weights, forward inputs and the tensors the loss used."""
+    mp = pytest.MonkeyPatch()
+    holder: dict = {}
+    real_play = grpo.play_episodes
+
+    def play(generate, fmt, specs, **kw):
+        holder["key"] = specs[0].key()
+        return real_play(generate, fmt, specs, **kw)
+
+    loss_inputs: list[dict] = []
+    real_loss = grpo.GRPOTrainer._compute_loss if hasattr(grpo, "GRPOTrainer") else None
+    from trl import GRPOTrainer
+
+    real_loss = GRPOTrainer._compute_loss
+
+    def compute_loss(self, model, inputs):
+        loss_inputs.append({k: v.detach().clone() for k, v in inputs.items() if torch.is_tensor(v)})
+        return real_loss(self, model, inputs)
+
+    mp.setattr(grpo, "hf_generate", oracle_on_hinted_rows(holder))
+    mp.setattr(grpo, "play_episodes", play)
+    mp.setattr(GRPOTrainer, "_compute_loss", compute_loss)
+    out = tmp_path_factory.mktemp("grpo_run")
+    cfg = GRPORunConfig(
+        model=env_tiny, output_dir=str(out), group_size=4, groups_per_step=1, steps=2,
+        max_turns=4, max_new_tokens=48, max_completion_tokens=400, learning_rate=1e-2,
+        lora_rank=4, lora_alpha=8, lora_targets=["q_proj", "v_proj"], hint_ratio=0.5,
+        difficulty=0.0, save_steps=10, seed=0,
+    )  # fmt: skip
+    recorder = Recorder()
+    try:
+        result = grpo.train(cfg, callbacks=[recorder])
+    finally:
+        mp.undo()
+    return {"result": result, "rec": recorder, "loss_inputs": loss_inputs, "cfg": cfg}
+
+
+def test_two_steps_change_lora_only(trained):
+    model, rec = trained["result"].model, trained["rec"]
+    assert trained["result"].global_step == 2
+    now = dict(model.named_parameters())
+    changed = [n for n, p0 in rec.lora0.items() if not torch.equal(now[n].detach(), p0)]
+    assert changed, "no LoRA tensor changed"
+    assert any("lora_B" in n for n in changed)
+    for name, p0 in rec.base0.items():
+        assert torch.equal(now[name].detach(), p0), f"base weight {name} changed"
+    assert all(not now[n].requires_grad for n in rec.base0)
+
+
+def test_rewards_differ_within_groups_and_log_has_every_field(trained):
+    lines = [json.loads(x) for x in trained["result"].log_path.read_text().splitlines()]
+    steps = [x for x in lines if "event" not in x]
+    assert [x["step"] for x in steps] == [1, 2]
+    for x in steps:
+        assert x["rollouts/step"] == 4 and x["group/reward_variance"] > 0
+        assert x["env/success_hint"] == 1.0 and x["env/success_no_hint"] == 0.0
+        for key in ("reward/mean", "env/success", "tokens/model", "tokens/env", "rollouts/total"):
+            assert key in x
+    assert steps[-1]["rollouts/total"] == 8
+    assert lines[-1]["event"] == "train_end"
+
+
+def test_only_model_tokens_carry_loss(trained, env_tiny):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(env_tiny)
+    inputs = trained["loss_inputs"]
+    assert inputs and all("tool_mask" in x for x in inputs)
+    user_header = "<|im_start|>user"
+    env_tokens = model_tokens = 0
+    for x in inputs:
+        loss_mask = x["completion_mask"] * x["tool_mask"]
+        for ids, lm, cm in zip(x["completion_ids"], loss_mask, x["completion_mask"], strict=True):
+            in_loss = tok.decode(ids[lm.bool()].tolist())
+            masked = tok.decode(ids[(cm.bool()) & (~lm.bool())].tolist())
+            assert user_header not in in_loss and "<tool_response>" not in in_loss
+            assert masked == "" or user_header in masked
+            env_tokens += int(((cm == 1) & (lm == 0)).sum())
+            model_tokens += int(lm.sum())
+    logged = [json.loads(x) for x in trained["result"].log_path.read_text().splitlines()[:2]]
+    assert env_tokens == sum(x["tokens/env"] for x in logged) > 0
+    assert model_tokens == sum(x["tokens/model"] for x in logged)
+
+
+def test_update_never_sees_the_hint(trained, env_tiny):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(env_tiny)
+    rec = trained["rec"]
+    # Generation did see the hint (half of each group was hinted) ...
+    assert any(HINT_MARKER in tok.decode(x[0].tolist()) for x in rec.nograd_inputs)
+    # ... but no forward pass with gradients, and no tensor handed to the loss, contains it.
+    assert rec.grad_inputs
+    for x in rec.grad_inputs:
+        for row in x:
+            assert HINT_MARKER not in tok.decode(row.tolist())
+    for x in trained["loss_inputs"]:
+        for row in x["prompt_ids"]:
+            assert HINT_MARKER not in tok.decode(row.tolist())
+
+
+def test_adapter_reloads_and_evaluates(trained, env_tiny, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    import trace_gym
+    from trace_train.config import EvalConfig
+    from trace_train.evaluate import evaluate
+
+    adapter = trained["result"].adapter_dir
+    assert (adapter / "adapter_config.json").is_file()
+    assert (adapter / "adapter_model.safetensors").is_file()
+    meta = json.loads((adapter / "trace_train.json").read_text())
+    assert meta["env_id"] == ENV_ID and meta["capability"] == "precondition_verification"
+    reloaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(env_tiny), adapter)
+    trained_params = dict(trained["result"].model.named_parameters())
+    for name, p in reloaded.named_parameters():
+        if "lora_" in name:
+            assert torch.equal(p, trained_params[name].detach())
+    cfg = EvalConfig(
+        policy=f"hf:{env_tiny}+adapter:{adapter}", episodes=2, max_turns=2,
+        max_new_tokens=8, out_dir=str(tmp_path), batch_size=2,
+    )  # fmt: skip
+    summary = evaluate(cfg, progress=False)
+    records = list(trace_gym.read_episodes(tmp_path / "episodes.jsonl"))
+    assert len(records) == 2 and summary["envs"][ENV_ID]["episodes"] == 2
+    assert all(r["split"] == "eval" and r["agent"] == cfg.policy for r in records)
+
+
+class Killed(Exception):
+    pass
+
+
+class KillAfterSave(TrainerCallback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_save(self, args, state, control, **kw):
+        if state.global_step == self.step:
+            raise Killed(f"killed after saving step {self.step}")
+
+
+def test_kill_and_resume_continues_from_checkpoint(env_tiny, tmp_path, monkeypatch):
+    played: list[list[str]] = []
+    real_play = grpo.play_episodes
+
+    def play(generate, fmt, specs, **kw):
+        played.append(sorted({s.key() for s in specs}))
+        return real_play(generate, fmt, specs, **kw)
+
+    monkeypatch.setattr(grpo, "play_episodes", play)
+    cfg = GRPORunConfig(
+        model=env_tiny, output_dir=str(tmp_path), group_size=2, groups_per_step=1, steps=3,
+        max_turns=2, max_new_tokens=8, max_completion_tokens=200, learning_rate=1e-2,
+        lora_rank=2, lora_alpha=4, lora_targets=["q_proj"], save_steps=1, hint_ratio=0.5,
+    )  # fmt: skip
+    keys = grpo.task_keys(cfg)
+    with pytest.raises(Killed):
+        grpo.train(cfg, callbacks=[KillAfterSave(2)])
+    assert played == [[keys[0]], [keys[1]]]
+    assert (tmp_path / "checkpoints" / "checkpoint-2").is_dir()
+    played.clear()
+    result = grpo.train(cfg)  # the restart
+    assert played == [[keys[2]]], "the resumed run must not repeat finished steps"
+    assert result.global_step == 3
+    lines = [json.loads(x) for x in (tmp_path / "training_log.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines if "event" not in x] == [1, 2, 3]
+    assert lines[-2]["rollouts/total"] == 6
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()

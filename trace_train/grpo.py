@@ -1,0 +1,338 @@
+"""GRPO-LoRA for one capability environment (TRACE stage 3), on TRL's ``GRPOTrainer``.
+
+Reads top to bottom like cleanrl's ``ppo.py``, as a library: small helpers, then one
+:func:`train` whose body follows the run (output folder, base model, LoRA, task dataset,
+rollout function, trainer, resume, train, save). The CLI (``trace-train grpo``) only wraps it.
+
+Design choice, ``rollout_func`` rather than ``environment_factory`` (both exist in TRL 1.16,
+``research/feasibility.md`` section 3b):
+
+* the hint swap: hinted rollouts must be *generated* with the ``<expert_guidance>`` prompt and
+  *scored* by the update on the hint-free one. With ``rollout_func`` we return ``prompt_ids``
+  ourselves (the hint-free prompt) next to the generated ``completion_ids``; with
+  ``environment_factory`` TRL owns the prompt it trains on, and swapping it would mean
+  overriding the trainer's generate-and-score method (~600 lines).
+* environment tokens: we build the completion turn by turn and mark the environment's replies
+  with ``env_mask=0``, which TRL multiplies into the loss mask (its ``tool_mask``).
+* any chat template: ``environment_factory`` needs a template TRL can parse tool calls with
+  (SmolLM2's cannot); we let trace_gym's one parser read the model's text instead.
+* all rollouts of a group play one task: the dataset's ``prompt`` is the task key (env id,
+  split, difficulty, seed) and TRL repeats each prompt ``num_generations`` times.
+
+Nothing of TRL is overridden. Outputs in ``output_dir``: ``adapter/`` (a standard PEFT folder),
+``training_log.jsonl`` (one line per step: reward, success, group variance, tokens, rollouts),
+``config.yaml`` (the resolved config) and ``checkpoints/`` (resumable).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trace_train.config import GRPORunConfig, save_config
+from trace_train.rollout import (
+    ChatFormat,
+    EpisodeSpec,
+    Rollout,
+    hf_generate,
+    play_episodes,
+    vllm_generate,
+)
+from trace_train.runlog import RolloutStats, TrainingLog, truncate_log
+
+LOG_NAME = "training_log.jsonl"
+
+
+@dataclass
+class GRPOResult:
+    """What :func:`train` leaves behind."""
+
+    adapter_dir: Path
+    log_path: Path
+    global_step: int
+    model: Any
+    """The trained PeftModel (in memory; tests compare its weights)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+def task_keys(cfg: GRPORunConfig) -> list[str]:
+    """One task per group, in training order: train-split seeds ``seed * 10^6 + i``; with a
+    curriculum band the difficulty ramps linearly from ``difficulty`` to ``difficulty_max``."""
+    n = cfg.steps * cfg.groups_per_step
+    lo, hi = (
+        cfg.difficulty,
+        cfg.difficulty_max if cfg.difficulty_max is not None else cfg.difficulty,
+    )
+    return [
+        EpisodeSpec(cfg.env_id, cfg.seed * 1_000_000 + i, lo + (hi - lo) * i / max(1, n - 1)).key()
+        for i in range(n)
+    ]
+
+
+def assign_hints(keys: list[str], hints_per_group: int) -> list[bool]:
+    """The first ``hints_per_group`` rollouts of each group (equal keys) get the hint."""
+    seen: dict[str, int] = {}
+    flags = []
+    for k in keys:
+        flags.append(seen.get(k, 0) < hints_per_group)
+        seen[k] = seen.get(k, 0) + 1
+    return flags
+
+
+def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats):  # noqa: ANN201
+    """TRL's ``rollout_func(prompts, trainer) -> dict``: play each group's task, return the
+    hint-free prompt ids, the completion ids with ``env_mask`` and the verifier's reward."""
+    fmt = ChatFormat(tokenizer)
+
+    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list]:
+        keys = [p if isinstance(p, str) else p[-1]["content"] for p in prompts]
+        hints = assign_hints(keys, cfg.hints_per_group)
+        specs = [EpisodeSpec.from_key(k, hint=h) for k, h in zip(keys, hints, strict=True)]
+        if getattr(trainer, "use_vllm", False):
+            generate = vllm_generate(trainer)
+        else:
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            generate = hf_generate(
+                model, tokenizer, fmt.stop_ids, temperature=cfg.temperature, top_p=cfg.top_p
+            )
+        rollouts: list[Rollout] = play_episodes(
+            generate,
+            fmt,
+            specs,
+            max_turns=cfg.max_turns,
+            max_new_tokens=cfg.max_new_tokens,
+            max_completion_tokens=cfg.max_completion_tokens,
+            reward_mode=cfg.reward_mode,
+            env_kwargs=cfg.env_kwargs,
+            agent_name="grpo",
+        )
+        stats.add(rollouts)
+        logprobs = [r.logprobs for r in rollouts] if getattr(trainer, "use_vllm", False) else None
+        return {
+            "prompt_ids": [r.prompt_ids for r in rollouts],  # hint-free: the swap happens here
+            "completion_ids": [r.completion_ids for r in rollouts],
+            "env_mask": [r.env_mask for r in rollouts],  # 0 = environment token, no loss
+            "logprobs": logprobs,
+            "env_reward": [r.reward for r in rollouts],
+            "env_success": [float(r.success) for r in rollouts],
+        }
+
+    return rollout_func
+
+
+def verifier_reward(
+    prompts: list, completions: list, env_reward: list[float], **_: Any
+) -> list[float]:
+    """The reward is the environment verifier's final score (forwarded by the rollout)."""
+    return [float(r) for r in env_reward]
+
+
+def load_policy_model(cfg: GRPORunConfig, out: Path) -> tuple[Any, Any, Any]:
+    """Base model and tokenizer, with the starting adapter continued or merged; returns
+    ``(model, tokenizer, peft_config or None)``."""
+    import torch
+    from peft import LoraConfig, PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trace_train.embedded import resolve_model
+
+    path = resolve_model(cfg.model)
+    dtype = torch.bfloat16 if cfg.bf16 else torch.float32
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"  # GRPO generation pads on the left
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    lora = LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.lora_targets),
+        task_type="CAUSAL_LM",
+    )
+    if cfg.init_adapter and cfg.merge_init_adapter:
+        model = PeftModel.from_pretrained(model, cfg.init_adapter).merge_and_unload()
+        model.save_pretrained(out / "merged_base")
+        tokenizer.save_pretrained(out / "merged_base")
+        model.name_or_path = str(out / "merged_base")
+        return model, tokenizer, lora
+    if cfg.init_adapter:
+        # is_trainable=True: a frozen loaded adapter trains nothing (TRL issues #3031, #6700)
+        return (
+            PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True),
+            tokenizer,
+            None,
+        )
+    return model, tokenizer, lora
+
+
+def trl_config(cfg: GRPORunConfig, out: Path) -> Any:
+    """TRL's ``GRPOConfig`` for this run (one generation batch = one optimizer step)."""
+    from trl import GRPOConfig
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    micro = cfg.micro_batch_size or cfg.group_size
+    rollouts_per_step = cfg.group_size * cfg.groups_per_step
+    if rollouts_per_step % (micro * world):
+        raise ValueError(
+            f"group_size*groups_per_step={rollouts_per_step} must be divisible by "
+            f"micro_batch_size*processes={micro}*{world}"
+        )
+    accumulation = rollouts_per_step // (micro * world)
+    return GRPOConfig(
+        output_dir=str(out / "checkpoints"),
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=accumulation,
+        steps_per_generation=accumulation,  # all groups of a step come from one rollout call
+        num_generations=cfg.group_size,
+        max_completion_length=cfg.max_completion_tokens,
+        max_steps=cfg.steps,
+        learning_rate=cfg.learning_rate,
+        beta=cfg.beta,
+        epsilon=cfg.epsilon,
+        epsilon_high=cfg.epsilon_high,
+        loss_type=cfg.loss_type,
+        scale_rewards=cfg.scale_rewards,
+        max_grad_norm=cfg.max_grad_norm,
+        temperature=max(cfg.temperature, 1e-3),
+        top_p=cfg.top_p,
+        shuffle_dataset=False,  # keep the curriculum order; resume skips finished batches
+        seed=cfg.seed,
+        bf16=cfg.bf16,
+        fp16=False,
+        use_cpu=not _has_accelerator(),
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        logging_steps=cfg.logging_steps,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        report_to="none",
+        disable_tqdm=False,
+        use_vllm=cfg.use_vllm,
+        vllm_mode=cfg.vllm_mode,
+        **({"vllm_server_base_url": cfg.vllm_server_base_url} if cfg.vllm_server_base_url else {}),
+    )
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def held_out_eval(cfg: GRPORunConfig | Any, model: Any, tokenizer: Any, n: int) -> dict[str, Any]:
+    """Greedy episodes on the ``eval`` split (seeds 0..n-1) at the run's start difficulty."""
+    from trace_train.evaluate import evaluate_model
+
+    return evaluate_model(model, tokenizer, cfg, episodes=n, split="eval")
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
+    """Train one LoRA adapter on ``cfg.env_id`` with GRPO; resumable (see module docstring)."""
+    from datasets import Dataset
+    from transformers.trainer_utils import get_last_checkpoint
+    from trl import GRPOTrainer
+
+    import trace_gym
+
+    if cfg.env_id not in trace_gym.registered_ids():
+        raise ValueError(f"unknown env id {cfg.env_id!r}; registered: {trace_gym.registered_ids()}")
+
+    # -- 1. run folder and resolved config ------------------------------------------------------
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.yaml")
+    log_path = out / LOG_NAME
+    last = get_last_checkpoint(str(out / "checkpoints")) if (out / "checkpoints").is_dir() else None
+    resume_from = last if (cfg.resume and last) else None
+    resumed_step = int(Path(resume_from).name.split("-")[-1]) if resume_from else 0
+    # Lines after the checkpoint belong to steps that will run again: drop them.
+    prior_rollouts = (
+        truncate_log(log_path, resumed_step) if resume_from else truncate_log(log_path, -1)
+    )
+
+    # -- 2. base model, LoRA, tokenizer ---------------------------------------------------------
+    model, tokenizer, lora = load_policy_model(cfg, out)
+
+    # -- 3. task dataset: one row per group, the prompt is the task key -------------------------
+    dataset = Dataset.from_dict({"prompt": task_keys(cfg)})
+
+    # -- 4. multi-turn rollouts against the environment -----------------------------------------
+    stats = RolloutStats(total=prior_rollouts, group_size=cfg.group_size)
+    rollout_func = make_rollout_func(cfg, tokenizer, stats)
+
+    # -- 5. the trainer ------------------------------------------------------------------------
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=verifier_reward,
+        args=trl_config(cfg, out),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora,
+        rollout_func=rollout_func,
+        callbacks=[TrainingLog(log_path, stats), *(callbacks or [])],
+    )
+    policy = trainer.model
+    if cfg.eval_episodes and not resume_from:
+        _log_line(
+            log_path,
+            {
+                "event": "eval_before",
+                "step": 0,
+                **held_out_eval(cfg, policy, tokenizer, cfg.eval_episodes),
+            },
+        )
+
+    # -- 6. train (resuming restores adapter, optimizer, scheduler, RNG and data position) ------
+    started = time.time()
+    trainer.train(resume_from_checkpoint=resume_from)
+    seconds = time.time() - started
+
+    # -- 7. save the adapter, the held-out result and the run metadata --------------------------
+    adapter_dir = out / "adapter"
+    policy.save_pretrained(adapter_dir)
+    tokenizer.save_pretrained(adapter_dir)
+    steps_run = trainer.state.global_step - resumed_step
+    end = {"event": "train_end", "step": trainer.state.global_step, "seconds": round(seconds, 2)}
+    end["seconds_per_step"] = round(seconds / max(1, steps_run), 3)
+    if cfg.eval_episodes:
+        end.update(held_out_eval(cfg, policy, tokenizer, cfg.eval_episodes))
+    _log_line(log_path, end)
+    (adapter_dir / "trace_train.json").write_text(json.dumps(_metadata(cfg), indent=2) + "\n")
+    return GRPOResult(adapter_dir, log_path, trainer.state.global_step, policy)
+
+
+def _metadata(cfg: GRPORunConfig) -> dict[str, Any]:
+    import peft
+    import transformers
+    import trl
+
+    import trace_gym
+
+    entry = next((e for e in trace_gym.load_registry() if e.id == cfg.env_id), None)
+    return {
+        "env_id": cfg.env_id,
+        "capability": entry.capability if entry else None,
+        "description": entry.description if entry else None,
+        "base_model": cfg.model,
+        "trained_with": "trace-train grpo",
+        "versions": {
+            "trl": trl.__version__,
+            "peft": peft.__version__,
+            "transformers": transformers.__version__,
+        },
+    }
+
+
+def _log_line(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")

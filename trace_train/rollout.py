@@ -1,0 +1,308 @@
+"""Multi-turn trace_gym episodes played by a causal LM, token in, token out.
+
+One engine serves training and evaluation, so a model is scored on exactly the text it was
+trained on. An episode is kept as token ids:
+
+* ``prompt_ids``: the chat template applied to the **hint-free** system prompt and the
+  customer's opening message, ending with the assistant header;
+* ``completion_ids``: every assistant turn as generated (``env_mask`` 1), with the
+  environment's replies between them (tool results, the scripted customer, error notes) as a
+  user turn (``env_mask`` 0, excluded from the loss by TRL).
+
+Hinted rollouts are *generated* from the hinted system prompt (``gen_prompt_ids``) but report
+the hint-free ``prompt_ids``: the GRPO update therefore learns the good actions conditioned on
+the prompt the model sees at evaluation time (the released TRACE trainer's
+``_swap_hint_prompts``, ``research/paper.md`` section 3.5).
+
+Environment turns are rendered through the model's own chat template (the pieces around a
+user message are cut out of one template call with placeholders), so any ChatML-, Llama- or
+Gemma-style template works. Tools reach the model through ``tool_prompt="hermes"``: the tool
+list and the ``<tool_call>`` convention sit in the system prompt, which also serves templates
+that ignore ``tools=`` (SmolLM2's).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+import trace_gym  # noqa: F401  (registers the trace/* ids)
+
+#: ``(batch of token-id prefixes, max new tokens) -> [(new ids, their logprobs or None)]``
+Generate = Callable[[list[list[int]], int], list[tuple[list[int], list[float] | None]]]
+
+_S, _U, _A, _X = "\x02SYS\x02", "\x02USR\x02", "\x02AST\x02", "\x02ENV\x02"
+MIN_TURN_TOKENS = 8
+"""An episode whose remaining token budget is below this ends (the agent says nothing more)."""
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """Which task one rollout plays."""
+
+    env_id: str
+    task_seed: int
+    difficulty: float
+    split: str = "train"
+    hint: bool = False
+
+    def key(self) -> str:
+        """A stable text key (the GRPO dataset's ``prompt``): rollouts with equal keys form a
+        group and play the same task."""
+        return f"{self.env_id}|{self.split}|{self.difficulty:.4f}|{self.task_seed}"
+
+    @classmethod
+    def from_key(cls, key: str, hint: bool = False) -> EpisodeSpec:
+        env_id, split, difficulty, seed = key.rsplit("|", 3)
+        return cls(env_id, int(seed), float(difficulty), split, hint)
+
+
+@dataclass
+class Rollout:
+    """One finished episode, as token ids and as a trace_gym episode record."""
+
+    spec: EpisodeSpec
+    prompt_ids: list[int]
+    gen_prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = None
+    reward: float = 0.0
+    success: bool = False
+    record: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_tokens(self) -> int:
+        return sum(self.env_mask)
+
+    @property
+    def env_tokens(self) -> int:
+        return len(self.env_mask) - sum(self.env_mask)
+
+
+class ChatFormat:
+    """Token-level pieces of a chat template: prompt, end of an assistant turn, an env turn."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        msgs = [
+            {"role": "system", "content": _S},
+            {"role": "user", "content": _U},
+            {"role": "assistant", "content": _A},
+            {"role": "user", "content": _X},
+        ]
+        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        after_assistant = text[text.index(_A) + len(_A) :]
+        # e.g. "<|im_end|>\n<|im_start|>user\n" and "<|im_end|>\n<|im_start|>assistant\n"
+        self.close_and_open, self.after_env = after_assistant.split(_X)
+        specials = sorted(
+            {t for t in tokenizer.all_special_tokens if t} | {tokenizer.eos_token},
+            key=len,
+            reverse=True,
+        )
+        # The token that ends an assistant turn (<|im_end|>, <end_of_turn>, ...): generation
+        # stops there, and an env turn that follows a clean stop starts right after it.
+        self.turn_end = next((t for t in specials if self.close_and_open.startswith(t)), None)
+        stop = {tokenizer.eos_token_id}
+        if self.turn_end is not None:
+            stop.add(tokenizer.convert_tokens_to_ids(self.turn_end))
+        self.stop_ids = sorted(i for i in stop if i is not None)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def prompt_ids(self, system: str, user: str) -> list[int]:
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        return self.encode(text)
+
+    def env_turn_ids(self, content: str, ended_cleanly: bool) -> list[int]:
+        """The environment's reply as a user turn, then the next assistant header. After a
+        turn cut by the token limit the assistant turn is closed first."""
+        prefix = self.close_and_open
+        if ended_cleanly and self.turn_end is not None:
+            prefix = prefix[len(self.turn_end) :]
+        return self.encode(prefix + content + self.after_env)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+def env_reply_text(messages: list[dict[str, Any]]) -> str:
+    """What the model reads after its turn: tool results in Hermes ``<tool_response>`` blocks,
+    the customer's reply and environment notes as plain text."""
+    parts = []
+    for m in messages:
+        if m["role"] == "tool":
+            parts.append(f"<tool_response>\n{m['content']}\n</tool_response>")
+        else:
+            parts.append(str(m.get("content") or ""))
+    return "\n".join(parts)
+
+
+def make_env(env_id: str, *, max_turns: int | None, reward_mode: str, env_kwargs: dict) -> gym.Env:
+    """A trace_gym environment with the tool list in the system prompt (Hermes style)."""
+    kwargs = {"tool_prompt": "hermes", "reward_mode": reward_mode, **env_kwargs}
+    if max_turns is not None:
+        kwargs["max_turns"] = max_turns
+    return gym.make(env_id, disable_env_checker=True, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Generation backends
+# ---------------------------------------------------------------------------------------------
+def hf_generate(
+    model: Any, tokenizer: Any, stop_ids: list[int], *, temperature: float, top_p: float = 1.0
+) -> Generate:
+    """A :data:`Generate` over ``model.generate`` (left-padded batch, stops at the turn end)."""
+    import torch
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
+
+    def generate(batch: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], None]]:
+        width = max(len(x) for x in batch)
+        ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch])
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
+        sampling = (
+            {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
+            if temperature > 0
+            else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        )
+        was_training = model.training
+        model.eval()  # generation with the KV cache; restore train mode for the update
+        try:
+            with torch.no_grad():
+                out = model.generate(
+                    input_ids=ids.to(model.device),
+                    attention_mask=mask.to(model.device),
+                    max_new_tokens=max_new_tokens,
+                    eos_token_id=stop_ids,
+                    pad_token_id=pad,
+                    **sampling,
+                )
+        finally:
+            model.train(was_training)
+        results = []
+        for row in out[:, width:].tolist():
+            cut = next((i + 1 for i, t in enumerate(row) if t in stop_ids), len(row))
+            results.append((row[:cut], None))
+        return results
+
+    return generate
+
+
+def vllm_generate(trainer: Any) -> Generate:
+    """A :data:`Generate` over TRL's vLLM backend (colocate or ``trl vllm-serve``). TRL has
+    already pushed the current LoRA weights to vLLM before calling the rollout function. The
+    turn limit is vLLM's ``max_completion_length``; longer turns are cut here."""
+
+    def generate(batch: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], list]]:
+        _, completions, logprobs, _ = trainer.vllm_generation.generate(batch, None, 1)
+        out = []
+        for ids, lps in zip(completions, logprobs, strict=True):
+            flat = [lp[0] if isinstance(lp, list) else lp for lp in lps]
+            out.append((list(ids)[:max_new_tokens], flat[:max_new_tokens]))
+        return out
+
+    return generate
+
+
+# ---------------------------------------------------------------------------------------------
+# The episode loop
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Live:
+    env: gym.Env
+    rollout: Rollout
+    n_messages: int
+    done: bool = False
+
+
+def play_episodes(
+    generate: Generate,
+    fmt: ChatFormat,
+    specs: Sequence[EpisodeSpec],
+    *,
+    max_turns: int | None,
+    max_new_tokens: int,
+    max_completion_tokens: int,
+    reward_mode: str = "partial",
+    env_kwargs: dict | None = None,
+    agent_name: str = "model",
+) -> list[Rollout]:
+    """Play ``specs`` side by side, one batched ``generate`` call per turn; return rollouts
+    in the order of ``specs``."""
+    live = [_start(s, fmt, max_turns, reward_mode, env_kwargs or {}) for s in specs]
+    while active := [x for x in live if not x.done]:
+        budgets = [max_completion_tokens - len(x.rollout.completion_ids) for x in active]
+        n_new = max(1, min(max_new_tokens, max(budgets)))
+        outputs = generate(
+            [x.rollout.gen_prompt_ids + x.rollout.completion_ids for x in active], n_new
+        )
+        for x, (ids, lps), budget in zip(active, outputs, budgets, strict=True):
+            _advance(x, fmt, ids[: min(budget, max_new_tokens)], lps, budget, agent_name)
+    for x in live:
+        x.env.close()
+    return [x.rollout for x in live]
+
+
+def _start(
+    spec: EpisodeSpec, fmt: ChatFormat, max_turns: int | None, reward_mode: str, env_kwargs: dict
+) -> _Live:
+    env = make_env(spec.env_id, max_turns=max_turns, reward_mode=reward_mode, env_kwargs=env_kwargs)
+    options = {"difficulty": spec.difficulty, "split": spec.split, "hint": spec.hint}
+    _, info = env.reset(seed=spec.task_seed, options=options)
+    opening = info["messages"][1]["content"]
+    prompt = fmt.prompt_ids(info["system_prompt_no_hint"], opening)
+    gen_prompt = fmt.prompt_ids(info["system_prompt"], opening) if spec.hint else prompt
+    rollout = Rollout(spec, prompt, gen_prompt, logprobs=[])
+    return _Live(env, rollout, n_messages=len(info["messages"]))
+
+
+def _advance(
+    x: _Live, fmt: ChatFormat, ids: list[int], lps: list[float] | None, budget: int, agent: str
+) -> None:
+    r = x.rollout
+    r.completion_ids += ids
+    r.env_mask += [1] * len(ids)
+    if r.logprobs is not None:
+        r.logprobs = r.logprobs + list(lps) if lps is not None else None
+    _, reward, terminated, truncated, info = x.env.step(fmt.decode(ids))
+    if not (terminated or truncated):
+        new_messages = info["messages"][x.n_messages + 1 :]  # skip the assistant's own turn
+        x.n_messages = len(info["messages"])
+        ended_cleanly = bool(ids) and ids[-1] in fmt.stop_ids
+        env_ids = fmt.env_turn_ids(env_reply_text(new_messages), ended_cleanly)
+        if budget - len(ids) - len(env_ids) >= MIN_TURN_TOKENS:
+            r.completion_ids += env_ids
+            r.env_mask += [0] * len(env_ids)
+            if r.logprobs is not None:
+                r.logprobs += [0.0] * len(env_ids)
+            return
+        # Out of tokens: the agent says nothing more. Empty turns are errors, so the
+        # environment ends the episode (error or turn limit) and verifies what was done.
+        while not (terminated or truncated):
+            _, reward, terminated, truncated, info = x.env.step("")
+    x.done = True
+    r.record = x.env.unwrapped.episode_record(agent=agent)
+    r.reward = float(r.record["final_reward"])  # the verifier's score, whatever the reward mode
+    r.success = bool(r.record["is_success"])
+
+
+def action_text(action: Any) -> str:
+    """An oracle action as the text a model should write: Hermes ``<tool_call>`` blocks for
+    calls (one per call), the message itself for plain text. Used for demonstrations."""
+    from trace_gym import parse_action
+
+    turn = parse_action(action)
+    blocks = [
+        "<tool_call>\n"
+        + json.dumps({"name": c.name, "arguments": c.arguments}, ensure_ascii=False)
+        + "\n</tool_call>"
+        for c in turn.calls
+    ]
+    return "\n".join([turn.content.strip(), *blocks] if turn.content.strip() else blocks)

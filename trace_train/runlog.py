@@ -1,0 +1,115 @@
+"""The training log: one JSON line per optimizer step, written by a TRL callback.
+
+Each line joins what the rollouts of that step did (reward, success with and without the hint,
+group reward variance and the share of informative groups, tokens, rollouts used so far) with
+TRL's own metrics (loss, grad norm, learning rate), under namespaced keys (``reward/...``,
+``env/...``, ``group/...``, ``tokens/...``, ``train/...``). Event lines (``eval_before``,
+``train_end``) carry held-out results.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+_TRL_KEYS = {
+    "loss": "train/loss",
+    "grad_norm": "train/grad_norm",
+    "learning_rate": "train/learning_rate",
+}
+
+
+class RolloutStats:
+    """Accumulates the rollouts of the current step; :meth:`flush` summarises and clears."""
+
+    def __init__(self, total: int = 0, group_size: int = 1) -> None:
+        self.total = total
+        self.group_size = group_size
+        self.pending: list[Any] = []
+
+    def add(self, rollouts: list[Any]) -> None:
+        self.pending.extend(rollouts)
+        self.total += len(rollouts)
+
+    def flush(self) -> dict[str, Any]:
+        rs, self.pending = self.pending, []
+        if not rs:
+            return {"rollouts/total": self.total}
+        groups: dict[str, list[float]] = defaultdict(list)
+        for r in rs:
+            groups[r.spec.key()].append(r.reward)
+        variances = [statistics.pvariance(v) for v in groups.values()]
+        plain = [r for r in rs if not r.spec.hint]
+        hinted = [r for r in rs if r.spec.hint]
+        return {
+            "rollouts/step": len(rs),
+            "rollouts/total": self.total,
+            "reward/mean": _mean(r.reward for r in rs),
+            "reward/mean_no_hint": _mean(r.reward for r in plain),
+            "reward/mean_hint": _mean(r.reward for r in hinted),
+            "env/success": _mean(float(r.success) for r in rs),
+            "env/success_no_hint": _mean(float(r.success) for r in plain),
+            "env/success_hint": _mean(float(r.success) for r in hinted),
+            "env/turns": _mean(r.record.get("turns", 0) for r in rs),
+            "env/difficulty": _mean(r.spec.difficulty for r in rs),
+            "group/reward_variance": _mean(variances),
+            "group/informative_share": _mean(float(v > 0) for v in variances),
+            "tokens/model": sum(r.model_tokens for r in rs),
+            "tokens/env": sum(r.env_tokens for r in rs),
+            "tokens/prompt": sum(len(r.prompt_ids) for r in rs),
+        }
+
+
+def _mean(values: Any) -> float | None:
+    values = list(values)
+    return round(float(sum(values)) / len(values), 6) if values else None
+
+
+class TrainingLog(TrainerCallback):
+    """Appends one line per logging step to ``training_log.jsonl`` (main process only)."""
+
+    def __init__(self, path: str | Path, stats: RolloutStats) -> None:
+        self.path = Path(path)
+        self.stats = stats
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any
+    ) -> None:
+        logs = dict(logs or {})
+        if not state.is_world_process_zero or "train_runtime" in logs:
+            return
+        record: dict[str, Any] = {"step": state.global_step, **self.stats.flush()}
+        for key, value in logs.items():
+            if isinstance(value, (int, float)):
+                record[_TRL_KEYS.get(key, f"trl/{key}")] = value
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def truncate_log(path: str | Path, keep_until_step: int) -> int:
+    """Keep the lines of steps ``<= keep_until_step`` (a resumed run repeats the later ones);
+    ``-1`` starts the log afresh. Returns the rollouts counted in the kept lines."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    if keep_until_step < 0:
+        path.unlink()
+        return 0
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and json.loads(line).get("step", 0) <= keep_until_step:
+            if json.loads(line).get("event") != "train_end":
+                kept.append(line)
+    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    totals = [json.loads(line).get("rollouts/total", 0) for line in kept]
+    return max(totals, default=0)
+
+
+def read_log(path: str | Path) -> list[dict[str, Any]]:
+    """All lines of a training log."""
+    return [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x.strip()]
