@@ -1,0 +1,120 @@
+"""Scripted deficit agents: specs, lapse rates, difficulty monotonicity on every capability
+environment, and ground-truth attribution on the composite benchmark."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+
+import gymnasium as gym
+import pytest
+
+import trace_gym
+from trace_gym.agents.deficit import (
+    LAPSES,
+    SHORT_NAMES,
+    DeficitAgent,
+    capability_name,
+    deficit_agent_from_spec,
+)
+from trace_gym.calibrate import agent_for_rollout
+from trace_gym.envs.service_desk import ENV_ID as DESK
+from trace_gym.envs.service_desk import members
+from trace_gym.episodes import run_episode
+
+CAPABILITY_ENVS = [e.id for e in trace_gym.load_registry() if e.id != DESK]
+EVERYTHING_HALF = {short: 0.5 for short in SHORT_NAMES}
+MONOTONE_SEEDS = 60
+MONOTONE_TOLERANCE = 0.05
+"""Sampling noise allowed between difficulty levels (60 seeds, rewards in [0, 1])."""
+ATTRIBUTION_EPISODES = 500
+
+
+def _play(env_id: str, agent: DeficitAgent, seeds: range, difficulty: float = 0.5) -> list[dict]:
+    env = gym.make(env_id, disable_env_checker=True)
+    return [run_episode(env, agent, seed=s, options={"difficulty": difficulty}) for s in seeds]
+
+
+def test_spec_and_profile_keys() -> None:
+    agent = deficit_agent_from_spec("deficit:precondition=0.7,structured_data_reasoning=0.5:9")
+    assert agent.profile == {"precondition_verification": 0.7, "structured_data_reasoning": 0.5}
+    assert agent.seed == 9 and agent.name.startswith("deficit:")
+    assert deficit_agent_from_spec(agent.name).profile == agent.profile  # the name is a spec
+    assert deficit_agent_from_spec("deficit:clarify=1").seed == 0
+    assert capability_name("tool_call") == "tool_call_precision"
+    for bad in ("deficit:", "deficit:precondition", "deficit:telepathy=0.5", "oracle",
+                "deficit:precondition=1.5", "deficit:precondition=0.5:x"):  # fmt: skip
+        with pytest.raises(ValueError):
+            deficit_agent_from_spec(bad)
+    # calibration gives each rollout of a group its own seed
+    assert (
+        agent_for_rollout("deficit:precondition=0.5:1", 0).seed
+        != agent_for_rollout("deficit:precondition=0.5:1", 1).seed
+    )
+
+
+@pytest.mark.parametrize("env_id", CAPABILITY_ENVS)
+def test_zero_profile_is_the_oracle_and_full_lapse_fails(env_id: str) -> None:
+    capability = trace_gym.make(env_id).unwrapped.capability
+    perfect = _play(env_id, DeficitAgent({capability: 0.0}), range(10))
+    assert all(r["final_reward"] == 1.0 for r in perfect)
+    lapsing = DeficitAgent({capability: 1.0}, seed=3)
+    records = _play(env_id, lapsing, range(40), difficulty=1.0)
+    failed = [r for r in records if not r["is_success"]]
+    assert len(failed) >= 0.5 * len(records), f"{env_id}: lapses rarely hurt at difficulty 1"
+    assert all(r["verification"]["lacking_capabilities"] == [capability] for r in failed)
+
+
+@pytest.mark.parametrize("env_id", CAPABILITY_ENVS)
+def test_difficulty_is_monotone_for_a_fixed_deficit_agent(env_id: str) -> None:
+    agent = DeficitAgent(EVERYTHING_HALF, seed=0)
+    means = {
+        d: statistics.fmean(r["final_reward"] for r in _play(env_id, agent, range(60), d))
+        for d in (0.0, 0.5, 1.0)
+    }
+    easy, mid, hard = means.values()
+    assert mid <= easy + MONOTONE_TOLERANCE and hard <= mid + MONOTONE_TOLERANCE, means
+    assert hard <= easy + MONOTONE_TOLERANCE / 2, means
+
+
+def test_lapse_rate_follows_the_profile_and_the_seed() -> None:
+    agent = DeficitAgent({"precondition": 0.3}, seed=1)
+    env = gym.make("trace/precondition-v0", disable_env_checker=True)
+    lapsed = 0
+    for seed in range(300):
+        run_episode(env, agent, seed=seed)
+        lapsed += bool(agent.lapsed)
+    assert 0.22 <= lapsed / 300 <= 0.38
+    again = [run_episode(env, agent, seed=s)["actions"] for s in range(20)]
+    other = DeficitAgent({"precondition": 0.3}, seed=2)
+    assert again == [run_episode(env, agent, seed=s)["actions"] for s in range(20)]
+    assert again != [run_episode(env, other, seed=s)["actions"] for s in range(20)]
+
+
+def test_every_pool_capability_has_a_specific_lapse() -> None:
+    missing = [m.capability for m in members() if m.capability not in LAPSES]
+    assert not missing, f"capabilities that fall back to the generic lapse: {missing}"
+
+
+def test_ground_truth_recovers_the_profile_on_the_composite() -> None:
+    pool = [m.capability for m in members()]
+    preferred = ["precondition_verification", "structured_data_reasoning"]
+    chosen = [c for c in preferred if c in pool] or pool[:1]
+    chosen = chosen[: max(1, len(pool) - 1)]  # leave a pool capability outside the profile
+    probabilities = dict(zip(chosen, (0.7, 0.5), strict=False))
+    agent = DeficitAgent(probabilities, seed=0)
+    causes: Counter[str] = Counter()
+    failures = 0
+    for record in _play(DESK, agent, range(ATTRIBUTION_EPISODES)):
+        verification = record["verification"]
+        assert set(verification["lacking_capabilities"]) <= set(
+            verification["required_capabilities"]
+        )
+        if not record["is_success"]:
+            failures += 1
+            causes.update(verification["lacking_capabilities"])
+    top = [c for c, _ in causes.most_common(len(chosen))]
+    assert set(top) == set(chosen), causes
+    in_profile = sum(causes[c] for c in chosen)
+    assert in_profile >= 0.95 * sum(causes.values()), causes
+    assert failures >= 0.2 * ATTRIBUTION_EPISODES, failures

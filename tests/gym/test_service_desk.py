@@ -1,0 +1,138 @@
+"""trace/service-desk-v0: the composite's ground truth, its user, and how calls are attributed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import pytest
+
+import trace_gym  # noqa: F401  (registers the ids)
+from trace_gym.agents import OracleAgent
+from trace_gym.agents.deficit import DeficitAgent
+from trace_gym.core.env import CallRecord
+from trace_gym.envs.service_desk import ENV_ID, members, request_views, verify
+from trace_gym.episodes import run_episode
+from trace_gym.errors import ConfigError
+
+POOL = [m.capability for m in members()]
+SHORT = {m.capability: m.short for m in members()}
+
+
+def _env() -> gym.Env:
+    return gym.make(ENV_ID, disable_env_checker=True)
+
+
+def test_pool_is_the_installed_capability_environments() -> None:
+    assert "precondition_verification" in POOL
+    registered = {e.capability for e in trace_gym.load_registry()}
+    assert set(POOL) <= registered and "service_desk" not in POOL
+
+
+@pytest.mark.parametrize("difficulty", [0.0, 0.5, 1.0])
+def test_tasks_need_one_to_four_capabilities_and_checks_carry_them(difficulty: float) -> None:
+    env, sizes = _env(), set()
+    for seed in range(25):
+        record = run_episode(env, OracleAgent(), seed=seed, options={"difficulty": difficulty})
+        v = record["verification"]
+        required = v["required_capabilities"]
+        sizes.add(len(required))
+        assert 1 <= len(required) <= 4 and len(set(required)) == len(required)
+        assert set(required) <= set(POOL)
+        assert record["final_reward"] == 1.0 and v["lacking_capabilities"] == []
+        for check in v["checks"]:
+            assert check["capability"] in required
+            if check["name"] != "no_unrequested_write":
+                assert SHORT[check["capability"]] == check["name"].split(".")[0]
+        per_request = {}
+        for check in v["checks"]:
+            per_request.setdefault(check["capability"], 0.0)
+            per_request[check["capability"]] += check["weight"]
+        assert all(w == pytest.approx(1.0) for w in per_request.values())  # equal weight
+    if difficulty == 0.0:
+        assert sizes == {1}
+    if difficulty == 1.0:
+        assert max(sizes) == min(4, len(POOL))
+
+
+def test_a_lapse_is_attributed_to_its_capability_only() -> None:
+    if len(POOL) < 2:
+        pytest.skip("needs two capability environments in the pool")
+    target, other = POOL[0], POOL[1]
+    env = _env()
+    agent = DeficitAgent({target: 1.0}, seed=0)
+    options = {"difficulty": 1.0, "config": {"capabilities": [target, other], "max_requests": 2}}
+    seen_failure = False
+    for seed in range(30):
+        record = run_episode(env, agent, seed=seed, options=options)
+        lacking = record["verification"]["lacking_capabilities"]
+        assert lacking in ([], [target]), lacking
+        seen_failure |= lacking == [target]
+    assert seen_failure
+
+
+def test_requests_come_one_after_another() -> None:
+    env = _env()
+    options = {"difficulty": 1.0, "config": {"together_probability": 0.0, "max_requests": 4}}
+    for seed in range(40):
+        obs, _ = env.reset(seed=seed, options=options)
+        task = env.unwrapped.task
+        if len(task.capabilities) >= 2:
+            break
+    users = env.unwrapped._user.users
+    assert obs.endswith(users[0].opening) and users[1].opening not in obs
+    plan = env.unwrapped.oracle_segments(task)
+    texts = []
+    for turn in plan[0].actions:
+        obs, *_ = env.step(turn)
+        texts.append(obs)
+    assert users[1].opening in texts[-1]  # raised once the first request is done
+
+
+def test_together_opening_raises_every_request() -> None:
+    env = _env()
+    options = {"difficulty": 1.0, "config": {"together_probability": 1.0, "max_requests": 4}}
+    for seed in range(40):
+        obs, _ = env.reset(seed=seed, options=options)
+        if len(env.unwrapped.task.capabilities) >= 2:
+            break
+    assert env.unwrapped.task.together
+    assert all(u.opening in obs for u in env.unwrapped._user.users)
+    assert run_episode(env, OracleAgent(), seed=seed, options=options)["final_reward"] == 1.0
+
+
+def test_id_less_calls_belong_to_the_request_touched_last_and_stray_writes_gate() -> None:
+    env = _env()
+    env.reset(seed=0, options={"difficulty": 1.0, "config": {"max_requests": 2}})
+    task, ep = env.unwrapped.task, env.unwrapped.episode
+    owned = [t.owned for t in task.subtasks]
+    table, key = owned[-1][0]
+    argument = {"customers": "customer_id", "orders": "order_id"}[table]
+    read = CallRecord(1, 0, "c1", "get_customer" if table == "customers" else "get_order",
+                      {argument: key}, "read", True)  # fmt: skip
+    refusal = CallRecord(1, 1, "c2", "refuse", {"reason_code": "other", "explanation": ""},
+                         "control", True)  # fmt: skip
+    views = request_views(task, dataclasses.replace(ep, calls=[read, refusal]))
+    assert [c.name for c in views[-1].calls] == [
+        "get_customer" if table == "customers" else "get_order",
+        "refuse",
+    ]
+    assert views[-1].calls[1].arguments[argument] == key
+    assert all(not v.calls for v in views[:-1])
+    stray = CallRecord(2, 2, "c3", "cancel_order", {"order_id": "O-99999", "reason": "other"},
+                       "write", True, changed_world=True)  # fmt: skip
+    result = verify(task, dataclasses.replace(ep, calls=[stray]))
+    gate = result.check("no_unrequested_write")
+    assert not gate.passed and result.score == 0.0 and gate.capability in task.capabilities
+
+
+def test_null_agent_scores_zero_and_bad_config_is_rejected() -> None:
+    env = _env()
+    from trace_gym.agents import NullAgent
+
+    for seed in range(10):
+        assert run_episode(env, NullAgent(), seed=seed)["final_reward"] == 0.0
+    with pytest.raises(ConfigError):
+        env.reset(seed=0, options={"config": {"capabilities": ["telepathy"]}})
+    with pytest.raises(ConfigError):
+        env.reset(seed=0, options={"config": {"max_requests": 5}})
