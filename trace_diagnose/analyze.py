@@ -323,7 +323,8 @@ def _verdict(rule: dict[str, Any], pooled: dict[str, Any]) -> tuple[str, str]:
     if pooled["bh_q"] is None or pooled["bh_q"] >= Q_MAX:
         return "not significant", (
             f"passed in {rule['n_runs_passed']} of {rule['n_runs_total']} runs, but the majority labels give "
-            f"Fisher q = {pooled['bh_q']:.3g} >= {Q_MAX}: the contrast may be chance"
+            f"Fisher q = {pooled['bh_q'] if pooled['bh_q'] is None else round(pooled['bh_q'], 3)} >= {Q_MAX}: "
+            "the contrast may be chance"
         )
     return "selected", f"passed in {rule['n_runs_passed']} of {rule['n_runs_total']} runs"
 

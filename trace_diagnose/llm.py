@@ -119,6 +119,9 @@ class Cache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(self.path)
         self.db.execute("PRAGMA journal_mode=WAL")
+        # WAL + NORMAL: a commit survives the process being killed (SIGKILL); only a power
+        # loss can drop the last commits. FULL would fsync every call for no gain here.
+        self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(
             """
             CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, stage TEXT, model TEXT,
