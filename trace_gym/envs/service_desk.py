@@ -250,11 +250,13 @@ def _names_no_record(call: CallRecord) -> bool:
 def request_views(task: ServiceDeskTask, ep: EpisodeState) -> list[EpisodeState]:
     """The episode as each request's verifier and user see it.
 
-    A call belongs to the requests whose records it names. A call that names no record at
-    all (``refuse``, ``transfer_to_human``) belongs to the request the agent touched last
+    A call belongs to the requests whose records it names. A read that names no record (a
+    search) belongs to every request. A decision that names no record (``refuse``,
+    ``transfer_to_human``) belongs to the request the agent touched last
     (the first request before any), and is shown to that request's scoped verifier with the
     request's first record added to its arguments, so the member's ``touches`` filter keeps
-    it. Pure: a function of the task and the calls.
+    it. Each view keeps the agent's messages up to the one that followed the request's last
+    call. Pure: a function of the task and the episode.
     """
     owned = [t.owned for t in task.subtasks]
     calls: list[list[CallRecord]] = [[] for _ in owned]
@@ -265,11 +267,25 @@ def request_views(task: ServiceDeskTask, ep: EpisodeState) -> list[EpisodeState]
             calls[i].append(call)
         if hits:
             last = hits[-1]
+        elif _names_no_record(call) and call.kind != "control":
+            for view in calls:  # a search names no record: every request may rely on it
+                view.append(call)
         elif _names_no_record(call) and owned[last]:
             table, key = owned[last][0]
             tagged = {**call.arguments, _ID_ARGUMENT_OF[table]: key}
             calls[last].append(dataclasses.replace(call, arguments=tagged))
-    return [dataclasses.replace(ep, calls=c) for c in calls]
+    return [dataclasses.replace(ep, calls=c, agent_texts=_texts_until_done(ep, c)) for c in calls]
+
+
+def _texts_until_done(ep: EpisodeState, calls: list[CallRecord]) -> list[tuple[int, str]]:
+    """The agent's messages up to the first one after the request's last call, so a member
+    that grades the final message reads the one that closed its request."""
+    if not calls:
+        return list(ep.agent_texts)
+    last_turn = calls[-1].turn
+    after = [turn for turn, _ in ep.agent_texts if turn > last_turn]
+    cutoff = after[0] if after else ep.turn
+    return [t for t in ep.agent_texts if t[0] <= cutoff]
 
 
 # -- verifier ---------------------------------------------------------------------------------
