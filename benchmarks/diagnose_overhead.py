@@ -124,6 +124,17 @@ def main() -> None:
     )
     args = ap.parse_args()
     stub = StubLLM(stub_config(latency_s=args.latency)).start()
+    # Import litellm and make one call first: its ~4 s start-up is paid once per process and
+    # would otherwise land in whichever measurement runs first.
+    import litellm
+
+    litellm.completion(
+        model="openai/stub",
+        api_base=stub.api_base,
+        api_key="stub",
+        messages=[{"role": "user", "content": "warm up"}],
+        max_retries=0,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         data = write_planted(Path(tmp) / "planted.jsonl", n_tasks=args.n // 2, trials=2, seed=7)
         rd = Path(tmp) / "run"
