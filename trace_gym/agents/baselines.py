@@ -174,8 +174,13 @@ class CallEveryToolAgent(_ObservingAgent):
 
 
 def make_agent(spec: str) -> Agent:
-    """An agent from a short spec: ``oracle``, ``null``, ``random[:SEED]``, ``call_every_tool``."""
+    """An agent from a short spec: ``oracle``, ``null``, ``random[:SEED]``, ``call_every_tool``,
+    or ``deficit:CAP=P,CAP=P[:SEED]`` (a competent agent that lapses in those capabilities)."""
     name, _, arg = spec.partition(":")
+    if name == "deficit":
+        from trace_gym.agents.deficit import deficit_agent_from_spec
+
+        return deficit_agent_from_spec(spec)
     if name == "oracle":
         return OracleAgent()
     if name == "null":
@@ -184,4 +189,7 @@ def make_agent(spec: str) -> Agent:
         return RandomAgent(int(arg or 0))
     if name in ("call_every_tool", "spam"):
         return CallEveryToolAgent()
-    raise ValueError(f"unknown agent {spec!r}; use oracle, null, random[:SEED] or call_every_tool")
+    raise ValueError(
+        f"unknown agent {spec!r}; use oracle, null, random[:SEED], call_every_tool or "
+        "deficit:CAP=P,...[:SEED]"
+    )
