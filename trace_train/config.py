@@ -254,7 +254,7 @@ def field_docs(cls: type) -> dict[str, str]:
             continue
         tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
         body = tree.body[0].body  # type: ignore[attr-defined]
-        for node, nxt in zip(body, body[1:], strict=True):
+        for node, nxt in zip(body, body[1:], strict=False):
             if (
                 isinstance(node, ast.AnnAssign)
                 and isinstance(node.target, ast.Name)
@@ -279,18 +279,22 @@ def preset_path(name_or_path: str) -> Path:
 
 
 def load_config(
-    cls: type[T], source: str | None = None, overrides: dict[str, Any] | None = None
+    cls: type[T], source: str | list[str] | None = None, overrides: dict[str, Any] | None = None
 ) -> T:
-    """Build ``cls`` from defaults, then a YAML file or preset, then ``overrides``.
+    """Build ``cls`` from defaults, then YAML files or presets (later ones win), then
+    ``overrides``.
 
     Unknown keys fail with the list of known ones (a typo never passes silently). A YAML file
     may hold the fields at top level, or under a section named like the command
-    (``grpo:`` / ``warmstart:``), so one file can configure a whole pipeline.
+    (``grpo:`` / ``warmstart:`` / ``eval:``), so one file can configure a whole pipeline.
     """
     values: dict[str, Any] = {}
-    if source:
-        data = yaml.safe_load(preset_path(source).read_text()) or {}
-        section = {"GRPORunConfig": "grpo", "WarmstartConfig": "warmstart"}.get(cls.__name__)
+    sources = [source] if isinstance(source, str) else list(source or [])
+    section = {"GRPORunConfig": "grpo", "WarmstartConfig": "warmstart", "EvalConfig": "eval"}.get(
+        cls.__name__
+    )
+    for src in sources:
+        data = yaml.safe_load(preset_path(src).read_text()) or {}
         if section and isinstance(data.get(section), dict):
             data = data[section]
         values.update(

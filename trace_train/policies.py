@@ -206,9 +206,42 @@ def _composed(kind: str, folder: str, spec: str) -> ModelPolicy:
         raise PolicyError(
             f"{spec!r} needs {module}.{loader}, which is not available ({exc})"
         ) from exc
+    if kind == "routed":
+        return RoutedModelPolicy(load(folder), spec)
     model, tokenizer = load(folder)
     tokenizer.padding_side = "left"
     return ModelPolicy(model, tokenizer, spec)
+
+
+class RoutedModelPolicy(ModelPolicy):
+    """Task-level routing: the routed policy picks one adapter per task from the task's opening
+    messages; episodes that share an adapter are played as one batch."""
+
+    def __init__(self, routed: Any, name: str) -> None:
+        routed.tokenizer.padding_side = "left"
+        super().__init__(routed.model, routed.tokenizer, name)
+        self.routed = routed
+
+    def play(self, specs: Sequence[EpisodeSpec], settings: PlaySettings) -> list[dict[str, Any]]:
+        by_adapter: dict[str | None, list[int]] = {}
+        for i, spec in enumerate(specs):
+            env = make_env(
+                spec.env_id,
+                max_turns=settings.max_turns,
+                reward_mode=settings.reward_mode,
+                env_kwargs={},
+            )
+            _, info = env.reset(
+                seed=spec.task_seed, options={"difficulty": spec.difficulty, "split": spec.split}
+            )
+            env.close()
+            by_adapter.setdefault(self.routed.choose_adapter(info["messages"]), []).append(i)
+        records: list[dict[str, Any]] = [{}] * len(specs)
+        for adapter, idx in by_adapter.items():
+            self.routed.activate(adapter)
+            for i, record in zip(idx, super().play([specs[i] for i in idx], settings), strict=True):
+                records[i] = {**record, "routed_adapter": adapter}
+        return records
 
 
 def describe(policy: ModelPolicy | AgentPolicy) -> str:

@@ -1,0 +1,114 @@
+"""Evaluation harness: policies, summaries with intervals, episode logs, CLI (offline)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import trace_gym
+from trace_train.cli import main
+from trace_train.config import EvalConfig
+from trace_train.evaluate import evaluate, summarize, wilson
+from trace_train.policies import PolicyError, parse_policy
+
+ENV = "trace/precondition-v0"
+
+
+def test_oracle_succeeds_and_log_replays(tmp_path):
+    summary = evaluate(
+        EvalConfig(policy="oracle", episodes=3, out_dir=str(tmp_path)), progress=False
+    )
+    s = summary["envs"][ENV]
+    assert s["episodes"] == 3 and s["success_rate"] == 1.0 and s["mean_reward"] == 1.0
+    assert s["success_ci95"][0] < 1.0 == s["success_ci95"][1]  # Wilson: not [1, 1] from 3 wins
+    assert s["capabilities"]["precondition_verification"]["success_rate"] == 1.0
+    records = list(trace_gym.read_episodes(tmp_path / "episodes.jsonl"))
+    assert [r["task_seed"] for r in records] == [0, 1, 2]
+    assert all(r["split"] == "eval" for r in records)
+    assert all(trace_gym.rescore(r).matches for r in records)
+    assert json.loads((tmp_path / "summary.json").read_text())["policy"] == "oracle"
+
+
+def test_null_agent_fails(tmp_path):
+    s = evaluate(EvalConfig(policy="null", episodes=2, out_dir=str(tmp_path)), progress=False)
+    assert s["overall"]["success_rate"] == 0.0
+
+
+def test_summary_per_capability_and_intervals():
+    def rec(success, reward, required, lacking):
+        return {"final_reward": reward, "is_success": success, "turns": 2, "capability": "x",
+                "verification": {"required_capabilities": required, "lacking_capabilities": lacking}}  # fmt: skip
+
+    s = summarize([rec(True, 1.0, ["a", "b"], []), rec(False, 0.5, ["a", "b"], ["b"])])
+    assert s["capabilities"]["a"]["success_rate"] == 1.0
+    assert s["capabilities"]["b"] == {"n": 2, "lacking": 1, "success_rate": 0.5}
+    lo, hi = s["mean_reward_ci95"]
+    assert lo < 0.75 < hi
+    assert wilson(0, 10)[0] == 0.0 and 0 < wilson(0, 10)[1] < 0.35
+
+
+def test_litellm_policy_through_a_custom_provider(tmp_path):
+    litellm = pytest.importorskip("litellm")
+    from litellm import CustomLLM
+    from litellm.types.utils import ModelResponse
+
+    seen = []
+
+    class Stub(CustomLLM):
+        def completion(
+            self, model, messages, *args, optional_params=None, model_response=None, **kw
+        ):
+            seen.append({"messages": messages, "tools": (optional_params or {}).get("tools")})
+            mr = model_response or ModelResponse()
+            mr.choices[0].message.content = "I'm sorry, I cannot help with that."
+            return mr
+
+    old = litellm.custom_provider_map
+    litellm.custom_provider_map = [{"provider": "stubllm", "custom_handler": Stub()}]
+    try:
+        cfg = EvalConfig(
+            policy="litellm:stubllm/any", episodes=1, out_dir=str(tmp_path), max_turns=2
+        )
+        summary = evaluate(cfg, progress=False)
+    finally:
+        litellm.custom_provider_map = old
+    assert seen and seen[0]["messages"][0]["role"] == "system"
+    assert seen[0]["tools"] and seen[0]["tools"][0]["type"] == "function"
+    assert summary["envs"][ENV]["success_rate"] == 0.0
+    (record,) = trace_gym.read_episodes(tmp_path / "episodes.jsonl")
+    assert record["agent"] == "litellm:stubllm/any"
+    assert record["messages"][2]["content"].startswith("I'm sorry")
+
+
+def test_hf_policy_batched(tmp_path_factory, tmp_path):
+    from tests.train.envtiny import build_env_tiny
+
+    base = build_env_tiny(tmp_path_factory.getbasetemp())
+    cfg = EvalConfig(policy=f"hf:{base}", episodes=3, batch_size=2, max_turns=2, max_new_tokens=6,
+                     out_dir=str(tmp_path))  # fmt: skip
+    summary = evaluate(cfg, progress=False)
+    records = list(trace_gym.read_episodes(tmp_path / "episodes.jsonl"))
+    assert len(records) == 3 and summary["envs"][ENV]["episodes"] == 3
+    assert all(r["turns"] >= 1 for r in records)
+
+
+@pytest.mark.parametrize("spec", ["nope", "hf:", "litellm:no-provider", "random:x"])
+def test_bad_policy_specs_fail_clearly(spec):
+    with pytest.raises((PolicyError, ValueError)):
+        parse_policy(spec)
+
+
+def test_cli_eval_and_known_errors(tmp_path, capsys):
+    rc = main(
+        ["eval", "--policy", "oracle", "--env", ENV, "--episodes", "2", "--out-dir", str(tmp_path)]
+    )
+    assert rc == 0 and "success 1.000" in capsys.readouterr().out
+    assert main(["grpo", "--config", "no-such-preset"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "presets:" in err
+    assert (
+        main(["eval", "--policy", "oracle", "--env", "trace/nope-v0", "--out-dir", str(tmp_path)])
+        == 2
+    )
+    assert main(["grpo", "--group-size", "1"]) == 2  # a __post_init__ check, one line
