@@ -12,11 +12,10 @@ listed in :data:`READ_TARGETS` so verifiers can tell which records an agent look
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from trace_gym.core.tools import Tool, ToolRefusal, object_schema
-from trace_gym.world.model import World, money
+from trace_gym.world.model import World, json_copy, money
 from trace_gym.world.schemas import (  # noqa: F401  (re-exported)
     CANCEL_REASONS,
     CUSTOMER_ID,
@@ -38,7 +37,7 @@ READ_TARGETS: dict[str, tuple[str, str]] = {
 # -- handlers -------------------------------------------------------------------------------
 def _read(table: str, field: str) -> Any:
     def handler(world: World, **args: Any) -> dict[str, Any]:
-        return copy.deepcopy(world.get(table, args[field]))
+        return json_copy(world.get(table, args[field]))
 
     return handler
 
