@@ -2,8 +2,8 @@
 
 ``trace_gym.world.generate`` builds the base records; these add the fields of
 :mod:`trace_gym.world.tools_support` (identity data, account lock, holds, shipping speed) in
-their "all clear" state, and small helpers the support environments share (addresses, the
-records a customer owns, the agent-message slot detector lives with each environment).
+their "all clear" state, and small helpers the support environments share (extra cards,
+the records a customer owns).
 """
 
 from __future__ import annotations
@@ -11,11 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from trace_gym.core.seeding import StableRNG
-from trace_gym.world.generate import LAST_NAMES, new_customer, new_order, new_payment_method
+from trace_gym.world.generate import new_customer, new_order, new_payment_method
 from trace_gym.world.model import World, day_offset
-
-STREET_KINDS = ("Street", "Avenue", "Road", "Lane", "Way")
-CITIES = ("Springfield", "Riverton", "Lakeside", "Fairview", "Greenville", "Ashford", "Milton")
 
 
 def support_customer(rng: StableRNG, world: World) -> dict[str, Any]:
@@ -57,12 +54,6 @@ def extra_card(
     while card["last4"] in taken:
         card["last4"] = rng.token("0123456789", 4)
     return card
-
-
-def new_address(rng: StableRNG) -> str:
-    """A street address with a city, e.g. ``41 Okafor Lane, Riverton``."""
-    street = f"{rng.choice(LAST_NAMES)} {rng.choice(STREET_KINDS)}"
-    return f"{rng.integer(1, 999)} {street}, {rng.choice(CITIES)}"
 
 
 def customer_records(world: World, customer_id: str) -> list[list[str]]:

@@ -104,12 +104,6 @@ def upgrade_shipping(world: World, order_id: str, speed: str) -> dict[str, Any]:
     }
 
 
-def update_order_address(world: World, order_id: str, address: str) -> dict[str, Any]:
-    order, _ = _open_order(world, order_id)
-    order["shipping_address"] = address
-    return {"order_id": order_id, "shipping_address": address}
-
-
 def schedule_delivery(world: World, order_id: str, date: str, window: str) -> dict[str, Any]:
     order, _ = _open_order(world, order_id)
     try:
@@ -219,18 +213,6 @@ TOOLS: dict[str, Tool] = {
             ),
             "write",
             upgrade_shipping,
-        ),
-        Tool(
-            "update_order_address",
-            "Change the shipping address of a pending or processing order.",
-            object_schema(
-                {
-                    "order_id": ORDER_ID,
-                    "address": {"type": "string", "minLength": 1, "maxLength": 200},
-                }
-            ),
-            "write",
-            update_order_address,
         ),
         Tool(
             "schedule_delivery",
