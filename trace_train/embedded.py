@@ -22,6 +22,17 @@ from pathlib import Path
 
 DEFAULT_EMBEDDED = "smollm2"
 
+#: Gemma 3's turn format (system text folded into the first user turn, as Gemma does).
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+    "{% set sys = messages[0]['content'] + '\n\n' %}{% set msgs = messages[1:] %}"
+    "{% else %}{% set sys = '' %}{% set msgs = messages %}{% endif %}"
+    "{% for m in msgs %}{% set role = 'model' if m['role'] == 'assistant' else 'user' %}"
+    "<start_of_turn>{{ role }}\n{% if loop.first %}{{ sys }}{% endif %}"
+    "{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
 
 class EmbeddedModelMissing(RuntimeError):
     """The package that ships the embedded model is not installed."""
@@ -149,6 +160,8 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
         clean.tie_weights()
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+    if not getattr(tok, "chat_template", None) and "gemma" in gguf.name.lower():
+        tok.chat_template = GEMMA_TEMPLATE  # the GGUF's template is not carried over
     tok.padding_side = "left"
     clean.generation_config.pad_token_id = tok.pad_token_id
     clean.save_pretrained(out_dir)

@@ -100,7 +100,9 @@ class ChatFormat:
         # e.g. "<|im_end|>\n<|im_start|>user\n" and "<|im_end|>\n<|im_start|>assistant\n"
         self.close_and_open, self.after_env = after_assistant.split(_X)
         specials = sorted(
-            {t for t in tokenizer.all_special_tokens if t} | {tokenizer.eos_token},
+            {t for t in tokenizer.all_special_tokens if t}
+            | {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values()}
+            | {tokenizer.eos_token},
             key=len,
             reverse=True,
         )
