@@ -26,7 +26,7 @@ from typing import Any
 
 from trace_train.rollout import ChatFormat, EpisodeSpec, hf_generate, make_env, play_episodes
 
-SCRIPTED = ("oracle", "null", "random", "call_every_tool", "spam")
+SCRIPTED = ("oracle", "null", "random", "call_every_tool", "deficit", "spam")
 
 
 class PolicyError(ValueError):
@@ -188,7 +188,7 @@ def parse_policy(spec: str, settings: PlaySettings | None = None) -> ModelPolicy
         return AgentPolicy(lambda: make_agent(name), name)
     raise PolicyError(
         f"unknown policy {spec!r}; use hf:PATH, hf:PATH+adapter:DIR, embedded, moe:DIR, "
-        f"routed:DIR, litellm:provider/model, or one of {', '.join(SCRIPTED[:4])}"
+        f"routed:DIR, litellm:provider/model, or one of {', '.join(SCRIPTED[:5])}"
     )
 
 
