@@ -84,3 +84,57 @@ def guess_instead_of_asking(seg: Segment, rng: StableRNG) -> list[Any]:
             arguments[name] = rng.choice(others)
     write = {"name": task.reference_call["name"], "arguments": arguments}
     return [write, "All done: your request has been completed."]
+
+
+@register_lapse("policy_compliance_under_pressure")
+def give_in_to_pressure(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Let the customer's pressure decide: refuse an ineligible request, then grant it at
+    the first push (or at once, believing a false claim made in the opening); grant a pushy
+    customer's eligible request without checking the records (harmless for a calm one)."""
+    from trace_gym.envs.precondition import REQUESTS
+
+    task, plan = seg.task, seg.actions
+    base = task.base
+    request = REQUESTS[base.request]
+    write = {"name": request.write_tool, "arguments": dict(base.reference_arguments)}
+    granted = f"Alright, I've made an exception: your {request.noun} {base.target_id} is done."
+    if base.violated is None:
+        # a calm customer gets the oracle; a pushy one is granted before any record is read
+        return plan if not task.tactics else [write, granted]
+    if task.claim_in_opening:  # takes the customer's word for the record that breaks a rule
+        return [write, granted]
+    # precondition's oracle for a refused request: reads, refuse, apology; then the customer
+    # pushes once (each of the agent's messages gets the next line) and the agent caves
+    decided = [t for t in plan if isinstance(t, str)][0]
+    return [*plan[: plan.index(decided) + 1], write, granted]
+
+
+@register_lapse("error_recovery_communication")
+def no_recovery(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Do not recover from the typed error, in one of three ways (drawn per task):
+
+    * ``retry``: call the upgrade, ignore the error, retry it unchanged, apologise until the
+      customer gives up;
+    * ``first_fix``: read, make only the first fix, retry, and give up at the next error
+      (harmless when one fix was all the task needed);
+    * ``no_result``: recover fully but tell the customer neither the fee nor the date.
+    """
+    from trace_gym.envs import recover_communicate as rc
+
+    task, plan = seg.task, seg.actions
+    upgrade = {
+        "name": "upgrade_shipping",
+        "arguments": {"order_id": task.order_id, "speed": task.speed},
+    }
+    fixes = [c for i, c in enumerate(task.fix_calls) if c not in task.fix_calls[:i]]
+    sorry = f"I'm sorry, I couldn't upgrade order {task.order_id}: the system refused it."
+    # the customer leaves after this many messages without a successful upgrade
+    give_up = [sorry] * rc.RecoverUser.patience
+    way = rng.choice(("retry", "first_fix", "no_result"))
+    if way == "retry":
+        return [upgrade, upgrade, *give_up]
+    if way == "first_fix":
+        if len(fixes) <= 1:
+            return plan
+        return [plan[0], fixes[0], upgrade, *give_up]
+    return [*plan[:-1], f"Your order {task.order_id} has been upgraded to {task.speed} shipping."]
