@@ -1,0 +1,351 @@
+"""``trace/structured-data-v0``: pick the one option that meets every constraint.
+
+## Capability
+*Structured data reasoning*: read nested search results (flights with stops and per-cabin
+fares; products with variants), apply every constraint of the request to every candidate, rank
+the feasible ones by the requested criterion, and act on exactly the best one.
+
+## Task (seed 0, train split, difficulty 0.5)
+A customer (id given) wants one flight (route, date, passengers, cabin) or one apparel item
+(category) under 2 to 6 constraints ("nonstop", "leaving at or after 14:00", "at most $350
+per person"; "in blue", "size M", "rated at least 4.0", "not from Moda") and a criterion
+("the cheapest", "the earliest", "the shortest", "the highest-rated"). Distractors are near
+duplicates of the answer that break one constraint, often while beating it on the criterion,
+or feasible options that are worse. A brute-force check in the generator makes the feasible
+optimum unique. Budget and stop limits (flights), budget and a banned brand (products) are
+stated as absolute limits: booking an option that breaks one is forbidden.
+
+## Tools
+``search_flights``, ``get_flight``, ``search_products``, ``get_product`` (read);
+``book_reservation``, ``place_order`` (write).
+
+## Reward (checks; all hard)
+| check | weight | passes when |
+|---|---|---|
+| ``searched_first`` | 0.1 | the request's search ran before the booking |
+| ``correct_option`` | 0.45 | the one booking is the unique feasible optimum |
+| ``constraints_met`` | 0.35 | partial: the share of constraints the booked option meets |
+| ``booking_details`` | 0.1 | partial: passengers, no insurance, the named card |
+| ``no_forbidden_option`` (gate) | 0 | the booked option breaks no absolute limit |
+| ``single_booking`` (gate) | 0 | at most one reservation / one item was booked |
+
+Doing nothing scores 0.
+
+## Episode end
+The customer leaves once a booking exists and the agent talks to them, or after three
+replies without one; truncated at ``max_turns``.
+
+## Difficulty
+| knob | d = 0 | d = 1 |
+|---|---|---|
+| constraints | 2 | 6 (5 for products) |
+| candidates | 3 | 12 |
+| near-duplicate share of distractors | 0.2 | 0.8 |
+| thresholds right next to a distractor's value | 0 | 80 % |
+
+## Version history
+* v0: initial version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from trace_gym.core.env import EpisodeState, TraceEnv
+from trace_gym.core.seeding import StableRNG
+from trace_gym.core.tools import ToolSet
+from trace_gym.core.user import ScriptedUser
+from trace_gym.core.verify import Check, Verification, fraction
+from trace_gym.envs import structured_options as so
+from trace_gym.envs.commerce_common import DoneWhenUser, call, new_records, split_of
+from trace_gym.errors import ConfigError
+from trace_gym.world.generate import draw_now, new_customer
+from trace_gym.world.model import World, cents
+from trace_gym.world.tools import pick_tools
+
+CAPABILITY = "structured_data_reasoning"
+ENV_ID = "trace/structured-data-v0"
+DOMAINS = ("flights", "products")
+WEIGHTS = {"searched_first": 0.1, "correct_option": 0.45, "constraints_met": 0.35}
+DETAILS_WEIGHT = 0.1
+
+
+# -- config -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StructuredDataConfig:
+    """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
+
+    n_constraints: int = 4
+    """Constraints of the request (capped by the domain's pool: 6 flights, 5 products)."""
+    n_candidates: int = 7
+    """Options in the search results, the answer included."""
+    near_duplicate_share: float = 0.5
+    """Share of distractors that copy the answer and break one constraint."""
+    tight_threshold_probability: float = 0.4
+    """Chance that a distractor sits right next to a threshold (5 minutes, a dollar)."""
+    domains: tuple[str, ...] = DOMAINS
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.n_constraints <= 6:
+            raise ConfigError(f"n_constraints must be in 2..6, got {self.n_constraints}")
+        if not 2 <= self.n_candidates <= 30:
+            raise ConfigError(f"n_candidates must be in 2..30, got {self.n_candidates}")
+        for name in ("near_duplicate_share", "tight_threshold_probability"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"{name} must be in [0, 1], got {value}")
+        if not self.domains or set(self.domains) - set(DOMAINS):
+            raise ConfigError(f"domains must be a non-empty subset of {list(DOMAINS)}")
+
+    @classmethod
+    def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> StructuredDataConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown structured-data config field(s) {unknown}; known: {sorted(known)}"
+            )
+        base = cls(
+            n_constraints=2 + round(4 * d),
+            n_candidates=3 + round(9 * d),
+            near_duplicate_share=0.2 + 0.6 * d,
+            tight_threshold_probability=0.8 * d,
+        )
+        values = {**dataclasses.asdict(base), **overrides}
+        values["domains"] = tuple(values["domains"])
+        return cls(**values)
+
+
+# -- task -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StructuredDataTask:
+    domain: str
+    customer_id: str
+    payment_method_id: str
+    search: dict[str, Any]
+    """Arguments of the search that lists the candidates."""
+    constraints: list[dict[str, Any]]
+    """:class:`~trace_gym.envs.structured_options.Constraint` fields (plain JSON)."""
+    objective: str
+    answer: str
+    """Option id of the unique feasible optimum (``flight_number/cabin`` or an item id)."""
+    passengers: int
+    candidates: list[str]
+    n_near_duplicates: int
+    opening: str
+    owned: list[list[str]]
+    world: dict[str, Any] = field(repr=False)
+
+
+# -- generator --------------------------------------------------------------------------------
+def generate_task(rng: StableRNG, cfg: StructuredDataConfig) -> StructuredDataTask:
+    """A pure function of (rng state, config): the same seed gives the same task."""
+    world = World(draw_now(rng))
+    task = generate_into(world, rng, cfg)
+    return dataclasses.replace(task, world=world.to_dict())  # the world is ours alone: no copy
+
+
+def generate_into(world: World, rng: StableRNG, cfg: StructuredDataConfig) -> StructuredDataTask:
+    """Add one option-selection request (customer, catalogue entries) to ``world``."""
+    domain = rng.choice(cfg.domains)
+    spec = so.FLIGHTS if domain == "flights" else so.PRODUCTS
+    customer = new_customer(rng, world)
+    card = customer["payment_method_ids"][0]
+    drawn = so.draw_options(rng, spec, cfg)
+    passengers = rng.integer(1, 3) if domain == "flights" else 1
+    search, ids = spec.materialise(rng, world, drawn)
+    answer = ids[0]
+    # the generator's invariant, recomputed on the world as the verifier sees it
+    found = so.feasible_optimum(world, domain, drawn.constraints, drawn.objective, ids)
+    if found != [answer]:
+        raise RuntimeError(f"structured-data generator made optimum {found}, meant {answer}")
+    order = rng.shuffle(ids)
+    opening = spec.opening(customer, card, search, drawn, passengers)
+    return StructuredDataTask(
+        domain=domain,
+        customer_id=customer["customer_id"],
+        payment_method_id=card,
+        search=search,
+        constraints=[dataclasses.asdict(c) for c in drawn.constraints],
+        objective=drawn.objective,
+        answer=answer,
+        passengers=passengers,
+        candidates=order,
+        n_near_duplicates=drawn.n_near_duplicates,
+        opening=opening,
+        owned=[["customers", customer["customer_id"]], ["payment_methods", card]],
+        world={},
+    )
+
+
+# -- verifier ---------------------------------------------------------------------------------
+def _bookings(task: StructuredDataTask, ep: EpisodeState) -> list[tuple[str, dict[str, Any]]]:
+    """(option id, record) of every unit the episode booked for the customer."""
+    if task.domain == "flights":
+        new = new_records(ep.initial_world, ep.world, "reservations", task.customer_id)
+        return [(f"{r['flights'][0]['flight_number']}/{r['cabin']}", r) for r in new]
+    new = new_records(ep.initial_world, ep.world, "orders", task.customer_id)
+    return [(item["item_id"], r) for r in new for item in r["items"]]
+
+
+def _details(task: StructuredDataTask, record: dict[str, Any]) -> list[bool]:
+    pays = split_of(record.get("payments")) or {record["payment_method_id"]: 0}
+    paid_by_card = list(pays) == [task.payment_method_id]
+    if task.domain == "products":
+        return [paid_by_card]
+    return [record["passengers"] == task.passengers, not record["travel_insurance"], paid_by_card]
+
+
+def _searched_first(task: StructuredDataTask, ep: EpisodeState) -> bool:
+    name = "search_flights" if task.domain == "flights" else "search_products"
+    for c in ep.calls:
+        if c.ok and c.changed_world:
+            return False
+        if c.ok and c.name == name and _same_search(task, c.arguments):
+            return True
+    return False
+
+
+def _same_search(task: StructuredDataTask, arguments: dict[str, Any]) -> bool:
+    if task.domain == "products":
+        return str(arguments.get("category", "")).strip().lower() == task.search["category"]
+    return arguments == task.search
+
+
+def verify(task: StructuredDataTask, ep: EpisodeState, *, scoped: bool = False) -> Verification:
+    """Grade the booking the episode made against the unique feasible optimum.
+
+    Bookings are found as new records of the task's customer, so ``scoped`` (the composite
+    benchmark) changes nothing here: other requests' bookings belong to other customers.
+    """
+    constraints = [so.Constraint(**c) for c in task.constraints]
+    booked = _bookings(task, ep)
+    option, record = booked[-1] if booked else (None, None)
+    attrs = so.option_attrs(ep.initial_world, task.domain, option) if option else None
+    met = [c.code for c in constraints if so.holds(c, attrs)]
+    broken = [c.code for c in constraints if c.strict and c.code not in met]
+    details = _details(task, record) if record is not None else [False]
+    checks = [
+        Check("searched_first", CAPABILITY, float(_searched_first(task, ep) and bool(booked)),
+              WEIGHTS["searched_first"], expected=task.search,
+              message="the candidates were listed before the booking"),
+        Check("correct_option", CAPABILITY, float(option == task.answer),
+              WEIGHTS["correct_option"], expected=task.answer, actual=option),
+        Check("constraints_met", CAPABILITY, fraction(len(met), len(constraints)),
+              WEIGHTS["constraints_met"], expected=[c.code for c in constraints], actual=met),
+        Check("booking_details", CAPABILITY, fraction(sum(details), len(details)),
+              DETAILS_WEIGHT, expected="passengers, no insurance, the customer's card",
+              actual=details),
+        Check("no_forbidden_option", CAPABILITY, float(not (attrs is not None and broken)), 0.0,
+              gate=True, expected=[], actual=broken if attrs is not None else [],
+              message="the booked option breaks an absolute limit of the request"),
+        Check("single_booking", CAPABILITY, float(len(booked) <= 1), 0.0, gate=True,
+              expected=1, actual=len(booked), message="book exactly one option"),
+    ]  # fmt: skip
+    return Verification(tuple(checks), required_capabilities=(CAPABILITY,))
+
+
+# -- oracle -----------------------------------------------------------------------------------
+def oracle(task: StructuredDataTask, world: World) -> list[Any]:
+    """Search, then book the answer, then tell the customer."""
+    search = "search_flights" if task.domain == "flights" else "search_products"
+    if task.domain == "flights":
+        number, cabin = task.answer.split("/")
+        price = world.tables["flights"][number]["cabins"][cabin]["price"]
+        split = [{"payment_method_id": task.payment_method_id,
+                  "amount": cents(price) * task.passengers / 100}]  # fmt: skip
+        book = call("book_reservation", customer_id=task.customer_id, flight_number=number,
+                    cabin=cabin, passengers=task.passengers, insurance=False,
+                    payment_methods=split)  # fmt: skip
+    else:
+        book = call("place_order", customer_id=task.customer_id, item_ids=[task.answer],
+                    payment_method_id=task.payment_method_id)  # fmt: skip
+    return [call(search, **task.search), book, f"Done: I booked {task.answer} for you."]
+
+
+# -- scripted user ----------------------------------------------------------------------------
+def make_user(task: StructuredDataTask) -> ScriptedUser:
+    """The customer: confirms, and leaves once something was booked for them."""
+
+    def done(ep: EpisodeState) -> bool:
+        return bool(_bookings(task, ep))
+
+    return DoneWhenUser(task.opening, done)
+
+
+# -- environment ------------------------------------------------------------------------------
+class StructuredDataEnv(TraceEnv):
+    """Structured data reasoning; see the module docstring for the full description."""
+
+    env_id = ENV_ID
+    capability = CAPABILITY
+    version = 0
+    default_max_turns = 10
+    tools = ToolSet(
+        pick_tools(
+            "get_customer",
+            "search_flights",
+            "get_flight",
+            "search_products",
+            "get_product",
+            "book_reservation",
+            "place_order",
+        )
+    )
+
+    def generate(
+        self, rng: StableRNG, difficulty: float, config: dict[str, Any]
+    ) -> StructuredDataTask:
+        return generate_task(rng, StructuredDataConfig.from_difficulty(difficulty, config))
+
+    def build_world(self, task: StructuredDataTask) -> World:
+        return World.from_dict(task.world)
+
+    def make_user(self, task: StructuredDataTask) -> ScriptedUser:
+        return make_user(task)
+
+    def system_prompt(self, task: StructuredDataTask) -> str:
+        return (
+            "You are a customer-service agent for Tracewell, an online shop and travel agency. "
+            f"The current time is {task.world['now']}.\n\n"
+            "Find options with the search tools. Book or order exactly one option: the one "
+            "that meets every requirement the customer states and is best by the customer's "
+            "criterion. Never book an option that breaks a limit the customer calls absolute. "
+            "Add travel insurance only when asked. When you are done, tell the customer in a "
+            "message without a tool call."
+        )
+
+    def hint(self, task: StructuredDataTask) -> str:
+        return (
+            "List every requirement of the request, including the implicit ones (cabin class, "
+            "stock). Run the search once, then check each candidate against each requirement, "
+            "reading nested fields (stops, per-cabin fares, variant options) rather than "
+            "headline values; watch values right at a threshold. Rank only the candidates that "
+            "pass every requirement and book just the best one."
+        )
+
+    def verify(self, task: StructuredDataTask, episode: EpisodeState) -> Verification:
+        return verify(task, episode)
+
+    def oracle(self, task: StructuredDataTask) -> list[Any]:
+        return oracle(task, World(task.world["now"], task.world["tables"]))  # read only
+
+    def difficulty_features(self, task: StructuredDataTask) -> dict[str, Any]:
+        world = World(task.world["now"], task.world["tables"])  # read only: no copy
+        constraints = [so.Constraint(**c) for c in task.constraints]
+        feasible = [
+            o
+            for o in task.candidates
+            if all(so.holds(c, so.option_attrs(world, task.domain, o)) for c in constraints)
+        ]
+        return {
+            "domain": task.domain,
+            "objective": task.objective,
+            "n_constraints": len(task.constraints),
+            "n_strict": sum(c.strict for c in constraints),
+            "n_candidates": len(task.candidates),
+            "n_near_duplicates": task.n_near_duplicates,
+            "n_feasible": len(feasible),
+        }
