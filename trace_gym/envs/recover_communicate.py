@@ -240,10 +240,23 @@ def _fault_names(world: World, cid: str, oid: str) -> list[str]:
 
 def _after(world: World, calls: list[dict[str, Any]]) -> World:
     """A copy of ``world`` after ``calls`` (each must succeed)."""
-    out = world.snapshot()
+    return _apply(world.snapshot(), calls)
+
+
+def _owned_part(world: World, owned: list[list[str]], log: list[dict[str, Any]]) -> World:
+    """The ``owned`` records of ``world`` (shared, not copied) with ``log``: diffing two such
+    parts costs what the request's records cost, however large the composite world is."""
+    tables: dict[str, dict[str, Any]] = {}
+    for table, key in owned:
+        tables.setdefault(table, {})[key] = world.tables[table][key]
+    return World(world.now, tables, log)
+
+
+def _apply(world: World, calls: list[dict[str, Any]]) -> World:
+    """``world`` after ``calls`` (each must succeed), changed in place."""
     for call in calls:
-        VOCABULARY[call["name"]].handler(out, **call["arguments"])
-    return out
+        VOCABULARY[call["name"]].handler(world, **call["arguments"])
+    return world
 
 
 def _opening(
@@ -359,9 +372,12 @@ def verify(task: RecoverTask, ep: EpisodeState, *, scoped: bool = False) -> Veri
     """Grade an episode (``scoped``: only calls naming the task's own records count)."""
     calls = [c for c in ep.calls if not scoped or touches(c, task.owned)]
     world0 = ep.initial_world
-    reference = _after(world0, task.fix_calls + [_upgrade_call(task.order_id, task.speed)])
-    expected = restrict_diff(world_diff(world0, reference), task.owned)
-    actual = restrict_diff(world_diff(world0, ep.world), task.owned)
+    before = _owned_part(world0, task.owned, world0.log)
+    calls_ref = task.fix_calls + [_upgrade_call(task.order_id, task.speed)]
+    base = _owned_part(world0, task.owned, [])
+    expected = restrict_diff(world_diff(base, _apply(base.snapshot(), calls_ref)), task.owned)
+    after = _owned_part(ep.world, task.owned, ep.world.log)
+    actual = restrict_diff(world_diff(before, after), task.owned)
     diagnosed = [f for f in task.faults if _diagnosed(task, f, calls)]
     remaining = _fault_names(ep.world, task.customer_id, task.order_id)
     fixed = [f for f in task.faults if f not in remaining]
