@@ -37,8 +37,19 @@ class EnvChoice(BaseModel):
 
 
 def default_registry_path() -> Path:
-    """The repository's envs_registry.yaml, next to the package."""
-    return Path(__file__).resolve().parent.parent / "envs_registry.yaml"
+    """The repository's envs_registry.yaml next to the package (a source checkout), else the
+    copy shipped inside the installed trace_gym package (located without importing it)."""
+    beside = Path(__file__).resolve().parent.parent / "envs_registry.yaml"
+    if beside.is_file():
+        return beside
+    import importlib.util
+
+    spec = importlib.util.find_spec("trace_gym")
+    if spec is not None and spec.submodule_search_locations:
+        shipped = Path(next(iter(spec.submodule_search_locations))) / "envs_registry.yaml"
+        if shipped.is_file():
+            return shipped
+    return beside
 
 
 def load_registry(path: str | Path | None = None) -> list[dict[str, Any]]:
