@@ -25,7 +25,7 @@ generic ``cause=request_failed``, so only the records tell what is wrong.
 | ``diagnosed`` | 0.2 | before each fix, the error named its cause or the records showing it were read (partial: the share of faults) |
 | ``fixed`` | 0.2 | every fault is gone from the final world (partial: the share) |
 | ``request_succeeded`` | 0.3 | the world changed exactly as fixes plus upgrade change it |
-| ``reports_result`` | 0.3 | the last message, after the upgrade, names the fee and the delivery date, no other amount than the fee or the order total and no other date than that or today, in at most 600 characters |
+| ``reports_result`` | 0.3 | the first message after the upgrade (the customer leaves on it) names the fee and the delivery date, no other amount than the fee or the order total and no other date than that or today, in at most 600 characters |
 | ``no_unnecessary_changes`` (gate) | 0 | every change agrees with the reference end state (no other card, speed or record touched) |
 
 Doing nothing scores 0 on every task.
@@ -347,13 +347,15 @@ def report_values(text: str) -> tuple[list[int], list[str]]:
 
 
 def _report_check(task: RecoverTask, ep: EpisodeState, calls: list[CallRecord]) -> Check:
+    """The report is the first message after the successful upgrade: the customer leaves on
+    it, and inside the composite later messages belong to other requests."""
     done = [c.turn for c in calls if c.ok and c.name == "upgrade_shipping"]
-    last = ep.agent_texts[-1] if ep.agent_texts else (0, "")
+    after = [t for t in ep.agent_texts if done and t[0] > done[0]]
+    last = after[0] if after else (0, "")
     amounts, dates = report_values(last[1])
     total = ep.initial_world.tables["orders"][task.order_id]["total"]
     ok = (
-        bool(done)
-        and last[0] > done[0]
+        bool(after)
         and len(last[1]) <= MAX_FINAL_CHARS
         and cents(task.fee) in amounts
         and set(amounts) <= {cents(task.fee), cents(total)}
@@ -364,7 +366,7 @@ def _report_check(task: RecoverTask, ep: EpisodeState, calls: list[CallRecord]) 
         "reports_result", CAPABILITY, float(ok), 0.3,
         expected={"fee": task.fee, "estimated_delivery": task.estimated_delivery},
         actual={"amounts_cents": amounts, "dates": dates, "chars": len(last[1])},
-        message="the last message, after the upgrade, reports the fee and the delivery date",
+        message="the first message after the upgrade reports the fee and the delivery date",
     )  # fmt: skip
 
 
