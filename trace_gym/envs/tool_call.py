@@ -1,0 +1,324 @@
+"""``trace/tool-call-v0``: the right tool with exactly the right arguments.
+
+## Capability
+*Tool-call precision*: turn a plain-language request into one call with the right tool and
+exact arguments: enum members ("I ordered it by mistake" is ``ordered_by_mistake``), nested
+objects (an address, a passenger list), dates relative to the current time ("a week from
+today"), state names as codes, numbers written as words, and the one payment method the
+customer means among near-identical ids (gift card PM-48213 beside card PM-48231).
+
+## Task (seed 0, train split, difficulty 0.5)
+The customer is already verified; the system prompt lists their payment methods and the one
+record the request is about. Six requests: cancel an order with a reason, move a reservation's
+payment, add bags, change a shipping address, set passenger details, move to another flight.
+Everything but the call itself is easy: ids are given and a single record is relevant.
+
+## Tools
+``get_customer``, ``get_order``, ``get_reservation``, ``get_payment_method``, ``get_flight``
+(read); ``cancel_order``, ``cancel_reservation``, ``update_reservation_payment``,
+``add_baggage``, ``modify_order_address``, ``update_reservation_passengers``,
+``update_reservation_flights``, ``book_reservation`` (write).
+
+## Reward (checks; all hard)
+| check | weight | passes when |
+|---|---|---|
+| ``right_tool`` | 0.2 | the expected tool ran successfully |
+| ``arguments`` | 0.6 | partial: share of argument fields (leaves of nested objects) equal to the reference in the last successful call of that tool |
+| ``final_state`` | 0.2 | the record changed exactly as the reference call changes it |
+| ``no_wrong_tool`` (gate) | 0 | no other write tool was called (refused calls count) |
+| ``right_payment_instrument`` (gate) | 0 | every successful write names the intended payment method |
+
+Strings compare stripped and case-insensitively; everything else exactly. Doing nothing
+scores 0.
+
+## Episode end
+The customer leaves once the request's tool has run and the agent talks to them, or after
+three replies without it; truncated at ``max_turns``.
+
+## Difficulty
+| knob | d = 0 | d = 1 |
+|---|---|---|
+| requests | cancel, payment, bags | all six, the nested ones likelier |
+| passengers to set | 1 | up to 3 |
+| relative dates ("a week from today") | never | 90 % |
+| payment methods with near-identical ids | 0 | 3 |
+
+## Version history
+* v0: initial version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
+from trace_gym.core.seeding import StableRNG
+from trace_gym.core.tools import ToolSet
+from trace_gym.core.user import ScriptedUser
+from trace_gym.core.verify import Check, Verification, fraction
+from trace_gym.envs import tool_call_requests as rq
+from trace_gym.envs.commerce_common import DoneWhenUser, call
+from trace_gym.errors import ConfigError, ErrorCode
+from trace_gym.world.generate import draw_now, new_customer
+from trace_gym.world.model import World, world_diff
+from trace_gym.world.tools import VOCABULARY, pick_tools, restrict_diff
+
+CAPABILITY = "tool_call_precision"
+ENV_ID = "trace/tool-call-v0"
+TOOL_WEIGHT, ARGUMENTS_WEIGHT, STATE_WEIGHT = 0.2, 0.6, 0.2
+
+
+# -- config -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ToolCallConfig:
+    """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
+
+    requests: tuple[str, ...] = tuple(rq.REQUESTS)
+    """Request kinds to draw from."""
+    nested_weight: float = 1.0
+    """Weight of the nested requests (address, passengers, flights) against the flat ones."""
+    max_passengers: int = 2
+    """Passengers of a reservation whose details are set (1..3)."""
+    relative_date_probability: float = 0.45
+    """Chance that a date is said relative to today instead of spelled out."""
+    n_similar_ids: int = 2
+    """Payment methods whose ids differ from the intended one by two swapped digits (0..3)."""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.requests) - set(rq.REQUESTS)
+        if not self.requests or unknown:
+            raise ConfigError(f"requests must be a non-empty subset of {sorted(rq.REQUESTS)}")
+        if self.nested_weight < 0:
+            raise ConfigError(f"nested_weight must be >= 0, got {self.nested_weight}")
+        if not 1 <= self.max_passengers <= 3:
+            raise ConfigError(f"max_passengers must be in 1..3, got {self.max_passengers}")
+        if not 0.0 <= self.relative_date_probability <= 1.0:
+            raise ConfigError(
+                f"relative_date_probability must be in [0, 1], got {self.relative_date_probability}"
+            )
+        if not 0 <= self.n_similar_ids <= 3:
+            raise ConfigError(f"n_similar_ids must be in 0..3, got {self.n_similar_ids}")
+
+    @classmethod
+    def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> ToolCallConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown tool-call config field(s) {unknown}; known: {sorted(known)}"
+            )
+        kinds = tuple(rq.REQUESTS) if d >= 0.25 else rq.FLAT
+        base = cls(
+            requests=kinds,
+            nested_weight=4 * d,
+            max_passengers=1 + round(2 * d),
+            relative_date_probability=0.9 * d,
+            n_similar_ids=round(3 * d),
+        )
+        values = {**dataclasses.asdict(base), **overrides}
+        values["requests"] = tuple(values["requests"])
+        return cls(**values)
+
+
+# -- task -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ToolCallTask:
+    request: str
+    customer_id: str
+    tool: str
+    reference_arguments: dict[str, Any]
+    payment_method_id: str | None
+    """The instrument the customer means (None when the request names none)."""
+    context: str
+    """What the agent already knows (verified profile, the record in question)."""
+    opening: str
+    n_leaves: int
+    n_similar_ids: int
+    relative_date: bool
+    owned: list[list[str]]
+    world: dict[str, Any] = field(repr=False)
+
+
+# -- generator --------------------------------------------------------------------------------
+def generate_task(rng: StableRNG, cfg: ToolCallConfig) -> ToolCallTask:
+    """A pure function of (rng state, config): the same seed gives the same task."""
+    world = World(draw_now(rng))
+    task = generate_into(world, rng, cfg)
+    return dataclasses.replace(task, world=world.to_dict())  # the world is ours alone
+
+
+def generate_into(world: World, rng: StableRNG, cfg: ToolCallConfig) -> ToolCallTask:
+    """Add one customer with a single-call request to ``world``."""
+    weights = [cfg.nested_weight if k in rq.NESTED else 1.0 for k in cfg.requests]
+    if sum(weights) <= 0:
+        weights = [1.0] * len(weights)
+    kind = rng.weighted_choice(cfg.requests, weights)
+    customer = new_customer(rng, world)
+    made = rq.REQUESTS[kind](rng, world, customer, cfg)
+    leaves = rq.flatten(made.arguments)
+    return ToolCallTask(
+        request=kind,
+        customer_id=customer["customer_id"],
+        tool=made.tool,
+        reference_arguments=made.arguments,
+        payment_method_id=made.arguments.get("payment_method_id"),
+        context=rq.context(world, customer, made.record),
+        opening=f"Hi, it's {customer['name']} again. {made.sentence}",
+        n_leaves=len(leaves),
+        n_similar_ids=made.n_similar,
+        relative_date=made.relative_date,
+        owned=rq.owned(world, customer),
+        world={},
+    )
+
+
+# -- verifier ---------------------------------------------------------------------------------
+def _canonical(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.strip().casefold()
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def _ran(c: CallRecord) -> bool:
+    """The call reached the world: it succeeded, or the world refused it (schema was fine)."""
+    return c.ok or (c.error or {}).get("code") == ErrorCode.PRECONDITION.value
+
+
+def reference_world(task: ToolCallTask, world0: World) -> World:
+    """The initial world with the reference call applied."""
+    world = world0.snapshot()
+    VOCABULARY[task.tool].handler(world, **task.reference_arguments)
+    return world
+
+
+def verify(task: ToolCallTask, ep: EpisodeState, *, scoped: bool = False) -> Verification:
+    """Grade the call: tool, each argument field, the resulting state, and the instrument."""
+    owned = task.owned
+    writes = [c for c in ep.calls if c.ok and c.changed_world]
+    if scoped:
+        writes = [c for c in writes if rq.touches_any(c, owned)]
+    mine = [c for c in writes if c.name == task.tool]
+    # a wrong write tool is a miss even when the world refused it: the call was made
+    tried = [c for c in ep.calls if c.kind == "write" and c.name != task.tool and _ran(c)]
+    if scoped:
+        tried = [c for c in tried if rq.touches_any(c, owned)]
+    wrong = [c.name for c in tried]
+    expected_leaves = rq.flatten(_canonical(task.reference_arguments))
+    actual_leaves = rq.flatten(_canonical(mine[-1].arguments)) if mine else {}
+    right = [p for p, v in expected_leaves.items() if actual_leaves.get(p, object()) == v]
+    extra = [p for p in actual_leaves if p not in expected_leaves]
+    before = ep.initial_world
+    expected = _canonical(restrict_diff(world_diff(before, reference_world(task, before)), owned))
+    actual = _canonical(restrict_diff(world_diff(before, ep.world), owned))
+    instruments = [c.arguments.get("payment_method_id") for c in writes]
+    bad_pay = [p for p in instruments if p is not None and p != task.payment_method_id]
+    checks = [
+        Check("right_tool", CAPABILITY, float(bool(mine)), TOOL_WEIGHT, expected=task.tool,
+              actual=[c.name for c in writes]),
+        Check("arguments", CAPABILITY,
+              fraction(len(right), len(expected_leaves) + len(extra)) if mine else 0.0,
+              ARGUMENTS_WEIGHT, expected=expected_leaves, actual=actual_leaves,
+              message="argument fields equal to the reference (strings case-insensitive)"),
+        Check("final_state", CAPABILITY, float(bool(mine) and actual == expected), STATE_WEIGHT,
+              expected=expected, actual=actual),
+        Check("no_wrong_tool", CAPABILITY, float(not wrong), 0.0, gate=True, expected=[],
+              actual=wrong, message="another write tool was called"),
+        Check("right_payment_instrument", CAPABILITY, float(not bad_pay), 0.0, gate=True,
+              expected=task.payment_method_id, actual=bad_pay,
+              message="a write named a payment method the customer did not mean"),
+    ]  # fmt: skip
+    return Verification(tuple(checks), required_capabilities=(CAPABILITY,))
+
+
+# -- oracle -----------------------------------------------------------------------------------
+def oracle(task: ToolCallTask, world: World) -> list[Any]:
+    """The reference call, then a confirmation."""
+    return [call(task.tool, **task.reference_arguments), "All set: your request is done."]
+
+
+# -- scripted user ----------------------------------------------------------------------------
+def make_user(task: ToolCallTask) -> ScriptedUser:
+    """The customer: confirms, and leaves once the request's tool has run."""
+
+    def done(ep: EpisodeState) -> bool:
+        return any(c.ok and c.changed_world and c.name == task.tool for c in ep.calls)
+
+    return DoneWhenUser(task.opening, done)
+
+
+# -- environment ------------------------------------------------------------------------------
+class ToolCallEnv(TraceEnv):
+    """Tool-call precision; see the module docstring for the full description."""
+
+    env_id = ENV_ID
+    capability = CAPABILITY
+    version = 0
+    default_max_turns = 8
+    tools = ToolSet(
+        pick_tools(
+            "get_customer",
+            "get_order",
+            "get_reservation",
+            "get_payment_method",
+            "get_flight",
+            "cancel_order",
+            "cancel_reservation",
+            "update_reservation_payment",
+            "add_baggage",
+            "modify_order_address",
+            "update_reservation_passengers",
+            "update_reservation_flights",
+            "book_reservation",
+        )
+    )
+
+    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> ToolCallTask:
+        return generate_task(rng, ToolCallConfig.from_difficulty(difficulty, config))
+
+    def build_world(self, task: ToolCallTask) -> World:
+        return World.from_dict(task.world)
+
+    def make_user(self, task: ToolCallTask) -> ScriptedUser:
+        return make_user(task)
+
+    def system_prompt(self, task: ToolCallTask) -> str:
+        return (
+            "You are a customer-service agent for Tracewell, an online shop and travel agency. "
+            f"The current time is {task.world['now']}.\n\n"
+            f"The customer is verified. What you know:\n{task.context}\n\n"
+            "Carry out the customer's request with one precise tool call: the right tool, and "
+            "every argument exactly as the customer means it (dates as YYYY-MM-DD, states as "
+            "two-letter codes, empty strings for fields the customer has none of). When you "
+            "are done, tell the customer in a message without a tool call."
+        )
+
+    def hint(self, task: ToolCallTask) -> str:
+        return (
+            "Pick the tool whose description matches the request, not a similar one. Fill "
+            "every argument from the request and the verified profile: map phrasing to the "
+            "enum member, resolve relative dates against the current time, write numbers as "
+            "numbers, and copy ids character by character; ids of different payment methods "
+            "can look alike, so match the kind the customer names."
+        )
+
+    def verify(self, task: ToolCallTask, episode: EpisodeState) -> Verification:
+        return verify(task, episode)
+
+    def oracle(self, task: ToolCallTask) -> list[Any]:
+        return oracle(task, World(task.world["now"], task.world["tables"]))  # read only
+
+    def difficulty_features(self, task: ToolCallTask) -> dict[str, Any]:
+        return {
+            "request": task.request,
+            "tool": task.tool,
+            "n_argument_leaves": task.n_leaves,
+            "nested": task.request in rq.NESTED,
+            "relative_date": task.relative_date,
+            "n_similar_ids": task.n_similar_ids,
+        }
