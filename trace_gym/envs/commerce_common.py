@@ -29,7 +29,7 @@ MAX_AMOUNTS_READ = 20
 """Dollar amounts read from a message at most (the parse stays bounded)."""
 MAX_MESSAGE_CHARS = 4000
 """Characters of a final message that amount parsing looks at."""
-_AMOUNT = re.compile(r"\$\s?(\d{1,3}(?:,\d{3})*(?:\.\d+)?|\d+(?:\.\d+)?)")
+_AMOUNT = re.compile(r"\$\s?(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)")
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
