@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m trace_gym.demo
+	$(BIN)/trace run --config trace_train/configs/demo_cpu.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
