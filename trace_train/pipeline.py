@@ -233,8 +233,8 @@ def _eval(run: Run, policy: str, env_ids: list[str], episodes: int, split: str, 
 def stage_warmstart(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     """Supervised LoRA on the target's oracle demonstrations, merged into ``base_model/``."""
     cfg = run.config
-    if cfg.warmstart_demonstrations <= 0 or not cfg.train:
-        return {"skipped": "warm start off", "base_model": resolve_model(cfg.model)}
+    if cfg.warmstart_demonstrations <= 0 or not cfg.train or cfg.trajectories:
+        return {"skipped": "warm start off"}
     from trace_train.config import WarmstartConfig, load_config
     from trace_train.warmstart import train as warmstart
 
