@@ -1,0 +1,144 @@
+"""``trace run`` end to end on a tiny random model: every stage, resume, and the report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from trace_train import pipeline
+from trace_train.pipeline import PipelineConfig, PipelineError, run_pipeline
+
+# A scripted base agent with planted gaps, so the diagnosis has a known answer while the
+# tiny model keeps training cheap (why: a random model never succeeds, so its own rollouts
+# would give every capability LACKING and no contrast).
+PROFILE = "deficit:precondition=0.7,clarify=0.5:0"
+PLANTED = {"precondition_verification", "information_gathering"}
+
+
+def tiny_config(tmp_path, model_dir, **overrides) -> PipelineConfig:
+    values = {
+        "run_dir": str(tmp_path / "run"),
+        "target": "trace/service-desk-v0",
+        "model": model_dir,
+        "base_policy": PROFILE,
+        "diagnose_episodes": 120,
+        "preset": "cpu_tiny",
+        "grpo": {"steps": 1, "group_size": 2, "max_new_tokens": 8},  # the smallest real update
+        "max_adapters": 1,
+        "router_sequences": 2,
+        "router_steps": 5,
+        "eval_episodes": 2,
+        "max_turns": 3,
+        "max_new_tokens": 8,
+        "batch_size": 2,
+    }
+    values.update(overrides)
+    return PipelineConfig(**values)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_model_dir):
+    """One interrupted-then-resumed run shared by the tests below (it is the slow part)."""
+    tmp = tmp_path_factory.mktemp("pipeline")
+    cfg = tiny_config(tmp, tiny_model_dir)
+    calls = {"train": 0, "rollout": 0}
+    real_train, real_rollout = (
+        pipeline.STAGE_FUNCTIONS["train"],
+        pipeline.STAGE_FUNCTIONS["rollout-base"],
+    )
+
+    def counting_train(run, say):
+        calls["train"] += 1
+        return real_train(run, say)
+
+    def counting_rollout(run, say):
+        calls["rollout"] += 1
+        return real_rollout(run, say)
+
+    def crash(run, say):
+        raise KeyboardInterrupt("killed during compose")
+
+    stages = dict(
+        pipeline.STAGE_FUNCTIONS, train=counting_train, **{"rollout-base": counting_rollout}
+    )
+    pipeline.STAGE_FUNCTIONS, saved = dict(stages, compose=crash), pipeline.STAGE_FUNCTIONS
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_pipeline(cfg, say=lambda _: None)
+        state = json.loads((tmp / "run" / "stages.json").read_text())
+        assert state["compose"]["status"] == "started" and state["train"]["status"] == "done"
+        pipeline.STAGE_FUNCTIONS = stages
+        log: list[str] = []
+        report = run_pipeline(cfg, say=log.append)
+    finally:
+        pipeline.STAGE_FUNCTIONS = saved
+    return {"cfg": cfg, "report": report, "calls": calls, "log": log, "dir": tmp / "run"}
+
+
+def test_rerun_skips_finished_stages_and_finishes(finished_run):
+    assert finished_run["calls"] == {"train": 1, "rollout": 1}
+    log = "\n".join(finished_run["log"])
+    for stage in ("rollout-base", "diagnose", "select", "map-envs", "train"):
+        assert f"{stage}: done earlier, skipped" in log
+    state = json.loads((finished_run["dir"] / "stages.json").read_text())
+    assert all(state[s]["status"] == "done" for s in pipeline.STAGES)
+
+
+def test_ground_truth_diagnosis_finds_the_planted_gap_and_says_so(finished_run):
+    log = "\n".join(finished_run["log"])
+    report = json.loads((finished_run["dir"] / "report.json").read_text())
+    assert report["diagnosis_method"] == "ground_truth"
+    assert set(report["core"]) == PLANTED and report["core"][0] in PLANTED
+    assert "no LLM" in (finished_run["dir"] / "report.html").read_text()
+    assert "skipped" in log  # the console of the rerun
+
+
+def test_report_compares_every_policy_with_intervals(finished_run):
+    report = json.loads((finished_run["dir"] / "report.json").read_text())
+    names = [p["name"] for p in report["policies"]]
+    (adapter,) = report["adapters"]
+    assert names == ["base", f"adapter:{adapter['capability']}", "routed", "moe"]
+    assert adapter["rollouts"] == 2 and adapter["steps"] == 1
+    for p in report["policies"]:
+        assert (
+            p["episodes"] == 2 and 0.0 <= p["success_lo"] <= p["success"] <= p["success_hi"] <= 1.0
+        )
+    html = finished_run["report"].read_text()
+    assert (
+        "<svg" in html
+        and "<script" not in html
+        and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    )
+
+
+def test_adapter_and_compositions_are_loadable_folders(finished_run):
+    run_dir = finished_run["dir"]
+    (adapter_dir,) = list((run_dir / "train").glob("*/adapter"))
+    assert (adapter_dir / "adapter_config.json").exists()
+    assert (run_dir / "compose" / "moe" / "router.safetensors").exists()
+    assert any((run_dir / "compose" / "routed").iterdir())
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_report_renders_in_headless_chromium(finished_run, tmp_path):
+    out = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--no-first-run", f"--user-data-dir={tmp_path}", "--dump-dom", finished_run["report"].as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    dom = out.stdout
+    assert dom.count("<table") >= 3 and "<svg" in dom and "Held-out results" in dom
+
+
+def test_bad_config_is_one_clear_error(tmp_path):
+    with pytest.raises(PipelineError, match="unknown config key"):
+        PipelineConfig.load(None, {"eval_episdoes": 3})
+    with pytest.raises(PipelineError, match="compose"):
+        PipelineConfig(compose=["soup"])
+    from trace_train.pipeline_cli import main
+
+    assert main(["run", "--set", "difficulty=3", "--run-dir", str(tmp_path / "r")]) == 2
