@@ -101,8 +101,10 @@ def task_to_dict(task: Any) -> dict[str, Any]:
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
-    if isinstance(value, tuple):
+    if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
     return value
 
 
