@@ -14,6 +14,7 @@ from trace_gym.core.env import CallRecord
 from trace_gym.envs.service_desk import ENV_ID, members, request_views, verify
 from trace_gym.episodes import run_episode
 from trace_gym.errors import ConfigError
+from trace_gym.world.tools import ID_ARGUMENTS
 
 POOL = [m.capability for m in members()]
 SHORT = {m.capability: m.short for m in members()}
@@ -136,3 +137,27 @@ def test_null_agent_scores_zero_and_bad_config_is_rejected() -> None:
         env.reset(seed=0, options={"config": {"capabilities": ["telepathy"]}})
     with pytest.raises(ConfigError):
         env.reset(seed=0, options={"config": {"max_requests": 5}})
+
+
+def test_a_shared_search_does_not_move_where_a_request_ends() -> None:
+    env = _env()
+    for seed in range(40):
+        env.reset(seed=seed, options={"difficulty": 1.0, "config": {"max_requests": 2}})
+        if len(env.unwrapped.task.capabilities) == 2:
+            break
+    task, ep = env.unwrapped.task, env.unwrapped.episode
+    first, second = (t.owned[0] for t in task.subtasks)
+    argument_of = {table: argument for argument, table in ID_ARGUMENTS.items()}
+
+    def read(turn: int, index: int, record: list[str]) -> CallRecord:
+        table, key = record
+        return CallRecord(turn, index, f"c{index}", "get_record", {argument_of[table]: key},
+                          "read", True)  # fmt: skip
+
+    search = CallRecord(3, 1, "c1", "search_products", {"category": "hoodie"}, "read", True)
+    # request 0 is read and closed by a message; then a search and request 1 follow
+    texts = [(2, "first request closed"), (5, "second request closed")]
+    calls = [read(1, 0, first), search, read(4, 2, second)]
+    views = request_views(task, dataclasses.replace(ep, calls=calls, agent_texts=texts))
+    assert search in views[0].calls and search in views[1].calls  # every request may rely on it
+    assert views[0].agent_texts == texts[:1] and views[1].agent_texts == texts

@@ -256,15 +256,19 @@ def request_views(task: ServiceDeskTask, ep: EpisodeState) -> list[EpisodeState]
     (the first request before any), and is shown to that request's scoped verifier with the
     request's first record added to its arguments, so the member's ``touches`` filter keeps
     it. Each view keeps the agent's messages up to the one that followed the request's last
-    call. Pure: a function of the task and the episode.
+    own call (a search shared with the other requests does not count: the message after
+    another request's search-then-write closes that request, not this one). Pure: a function
+    of the task and the episode.
     """
     owned = [t.owned for t in task.subtasks]
     calls: list[list[CallRecord]] = [[] for _ in owned]
+    own: list[list[CallRecord]] = [[] for _ in owned]
     last = 0
     for call in ep.calls:
         hits = [i for i, records in enumerate(owned) if touches(call, records)]
         for i in hits:
             calls[i].append(call)
+            own[i].append(call)
         if hits:
             last = hits[-1]
         elif _names_no_record(call) and call.kind != "control":
@@ -274,7 +278,11 @@ def request_views(task: ServiceDeskTask, ep: EpisodeState) -> list[EpisodeState]
             table, key = owned[last][0]
             tagged = {**call.arguments, _ID_ARGUMENT_OF[table]: key}
             calls[last].append(dataclasses.replace(call, arguments=tagged))
-    return [dataclasses.replace(ep, calls=c, agent_texts=_texts_until_done(ep, c)) for c in calls]
+            own[last].append(call)
+    return [
+        dataclasses.replace(ep, calls=c, agent_texts=_texts_until_done(ep, o or c))
+        for c, o in zip(calls, own, strict=True)
+    ]
 
 
 def _texts_until_done(ep: EpisodeState, calls: list[CallRecord]) -> list[tuple[int, str]]:
