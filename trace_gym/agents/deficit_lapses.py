@@ -138,3 +138,6 @@ def no_recovery(seg: Segment, rng: StableRNG) -> list[Any]:
             return plan
         return [plan[0], fixes[0], upgrade, *give_up]
     return [*plan[:-1], f"Your order {task.order_id} has been upgraded to {task.speed} shipping."]
+
+
+from trace_gym.agents import deficit_lapses_commerce  # noqa: E402,F401  (registers the rest)
