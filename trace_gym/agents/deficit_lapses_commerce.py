@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from trace_gym.agents.deficit import Segment, register_lapse, turn_calls
+from trace_gym.agents.deficit import Segment, call_kind, register_lapse, turn_calls
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import ToolRefusal
 from trace_gym.world.model import day_offset
@@ -188,3 +188,20 @@ def miscount_one_amount(seg: Segment, rng: StableRNG) -> list[Any]:
         return seg.actions
     told = f"The total is ${sum(split.values()) / 100:.2f}."
     return [*replace_call(seg.actions, write, wrong)[:-1], told]
+
+
+# -- multistep_completion ---------------------------------------------------------------------
+@register_lapse("multistep_completion")
+def stop_after_first(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Do the first sub-task (its reads and its write), then tell the customer everything is
+    done: the customer, hearing the agent is finished, leaves with the rest undone."""
+    from trace_gym.envs.multistep import FINAL
+
+    turns: list[Any] = []
+    for turn in seg.actions:
+        if isinstance(turn, str):
+            continue  # a report that would bring up a held-back request
+        turns.append(turn)
+        if any(call_kind(seg.tools, c["name"]) == "write" for c in turn_calls(turn)):
+            break
+    return [*turns, FINAL]
