@@ -28,6 +28,8 @@ MONOTONE_SEEDS = 60
 MONOTONE_TOLERANCE = 0.05
 """Sampling noise allowed between difficulty levels (60 seeds, rewards in [0, 1])."""
 ATTRIBUTION_EPISODES = 500
+MIN_CAUSED = 0.05
+"""Share of the episodes each profile capability must fail, at least."""
 
 
 def _play(env_id: str, agent: DeficitAgent, seeds: range, difficulty: float = 0.5) -> list[dict]:
@@ -107,17 +109,17 @@ def test_ground_truth_recovers_the_profile_on_the_composite() -> None:
     probabilities = dict(zip(chosen, (0.7, 0.5), strict=False))
     agent = DeficitAgent(probabilities, seed=0)
     causes: Counter[str] = Counter()
-    failures = 0
     for record in _play(DESK, agent, range(ATTRIBUTION_EPISODES)):
         verification = record["verification"]
         assert set(verification["lacking_capabilities"]) <= set(
             verification["required_capabilities"]
         )
         if not record["is_success"]:
-            failures += 1
             causes.update(verification["lacking_capabilities"])
     top = [c for c, _ in causes.most_common(len(chosen))]
     assert set(top) == set(chosen), causes
     in_profile = sum(causes[c] for c in chosen)
     assert in_profile >= 0.95 * sum(causes.values()), causes
-    assert failures >= 0.2 * ATTRIBUTION_EPISODES, failures
+    # enough signal per profile capability; not a total failure rate, which falls as the pool
+    # grows (each capability is then in fewer tasks: about 22 % with eight environments)
+    assert min(causes[c] for c in chosen) >= MIN_CAUSED * ATTRIBUTION_EPISODES, causes
