@@ -9,6 +9,7 @@ import pytest
 
 import trace_gym  # noqa: F401  (registers the ids)
 from trace_gym.agents import OracleAgent
+from trace_gym.agents.baselines import PlanAgent
 from trace_gym.agents.deficit import DeficitAgent
 from trace_gym.core.env import CallRecord
 from trace_gym.envs.service_desk import ENV_ID, members, request_views, verify
@@ -161,3 +162,26 @@ def test_a_shared_search_does_not_move_where_a_request_ends() -> None:
     views = request_views(task, dataclasses.replace(ep, calls=calls, agent_texts=texts))
     assert search in views[0].calls and search in views[1].calls  # every request may rely on it
     assert views[0].agent_texts == texts[:1] and views[1].agent_texts == texts
+
+
+def test_reads_after_a_members_write_do_not_count_as_before_it() -> None:
+    # a member's scoped view holds a subset of the calls: "before the write" must go by the
+    # calls' indices, not by positions in the view (payment_calc once sliced the view)
+    env, caps = _env(), ["precondition_verification", "payment_calculation"]
+    options = {"difficulty": 1.0, "config": {"capabilities": caps, "max_requests": 2}}
+    scores = []
+    for seed in range(40):
+        env.reset(seed=seed, options=options)
+        if env.unwrapped.task.capabilities != caps:
+            continue
+        first, pay = env.unwrapped.oracle_segments(env.unwrapped.task)
+        reads, write, told = pay.actions
+        late = PlanAgent([*first.actions, write, reads, told], name="reads-late")
+        record = run_episode(env, late, seed=seed, options=options)
+        scores.append(record["verification"]["checks"])
+        if len(scores) == 3:
+            break
+    assert len(scores) == 3
+    for checks in scores:
+        (read,) = [c for c in checks if c["name"] == "payment_calc.records_read"]
+        assert read["score"] == 0.0, read

@@ -200,7 +200,7 @@ def verify(task: PaymentCalcTask, ep: EpisodeState, *, scoped: bool = False) -> 
         ids = {k for _, k in task.owned}
         writes = [c for c in writes if ids & {str(v) for v in c.arguments.values()}]
     write = writes[-1] if writes else None
-    before = ep.calls[: write.index] if write else []
+    before = [c for c in ep.calls if c.index < write.index] if write else []  # scoped: a subset
     seen = {
         (READS[c.name][0], c.arguments[READS[c.name][1]])
         for c in before
