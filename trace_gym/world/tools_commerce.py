@@ -48,10 +48,15 @@ MAX_BAGS = 9
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def _new_id(world: World, table: str, prefix: str, alphabet: str, n: int) -> str:
-    """A fresh id that depends only on the world's state (deterministic across replays)."""
-    rng = StableRNG(derive_seed("tool-id", table, world.now, sorted(world.tables[table])))
-    return unique_id(rng, world, table, prefix, alphabet, n)
+def _new_id(
+    world: World, table: str, customer: dict[str, Any], prefix: str, alphabet: str, n: int
+) -> str:
+    """A fresh id that depends only on the time and on the customer's own records of that
+    table: deterministic across replays, and not shifted by what other customers do in a
+    shared world (the composite benchmark), so an oracle can know a new booking's id."""
+    owned = customer["reservation_ids" if table == "reservations" else "order_ids"]
+    seed = derive_seed("tool-id", table, world.now, customer["customer_id"], len(owned))
+    return unique_id(StableRNG(seed), world, table, prefix, alphabet, n)
 
 
 def _instrument(world: World, customer_id: str, pmid: str) -> dict[str, Any]:
@@ -147,7 +152,7 @@ def book_reservation(
     fare = seats["price"] + (INSURANCE_FEE if insurance else 0.0)
     total = money(passengers * fare)
     stored = charge(world, customer_id, payment_methods, total)
-    rid = _new_id(world, "reservations", "R-", "ABCDEFGHJKLMNPQRSTUVWXYZ23456789", 6)
+    rid = _new_id(world, "reservations", customer, "R-", "ABCDEFGHJKLMNPQRSTUVWXYZ23456789", 6)
     seats["seats_available"] -= passengers
     record = {
         "reservation_id": rid,
@@ -279,7 +284,7 @@ def place_order(
     total = money(sum(i["price"] for i in items))
     split = [{"payment_method_id": payment_method_id, "amount": total}]
     stored = charge(world, customer_id, split, total)
-    oid = _new_id(world, "orders", "O-", "0123456789", 5)
+    oid = _new_id(world, "orders", customer, "O-", "0123456789", 5)
     record = {
         "order_id": oid,
         "customer_id": customer_id,
