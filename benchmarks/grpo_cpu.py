@@ -49,19 +49,30 @@ def main() -> None:
         GRPORunConfig,
         "cpu_smollm2",
         {"model": args.model, "output_dir": str(out / "grpo"), "steps": args.steps,
-         "init_adapter": str(ws.adapter_dir), "eval_episodes": args.eval},
+         "init_adapter": str(ws.adapter_dir), "eval_episodes": 0},
     )  # fmt: skip
     t0 = time.time()
     result = grpo.train(g_cfg)
     g_seconds = time.time() - t0
+    # Held-out after GRPO, once (the "before" of GRPO is the warm start's "after": same weights).
+    from transformers import AutoTokenizer
+
+    from trace_train.embedded import resolve_model
+    from trace_train.evaluate import evaluate_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(args.model))
+    tok.padding_side = "left"
+    end = evaluate_model(result.model, tok, g_cfg, args.eval)
     lines = [json.loads(x) for x in result.log_path.read_text().splitlines()]
-    end = lines[-1]
+    end["seconds_per_step"] = lines[-1].get("seconds_per_step")
     steps = [x for x in lines if "event" not in x]
     report = {
         "model": args.model,
         "env_id": g_cfg.env_id,
         "difficulty": g_cfg.difficulty,
         "threads": args.threads,
+        "tool_prompt": g_cfg.tool_prompt,
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "heldout_episodes": args.eval,
         "success_base": ws.before.get("heldout/success"),
         "success_after_warmstart": ws.after.get("heldout/success"),
@@ -73,7 +84,7 @@ def main() -> None:
         "grpo_steps": result.global_step,
         "grpo_rollouts": steps[-1]["rollouts/total"] if steps else 0,
         "grpo_seconds_per_step": end.get("seconds_per_step"),
-        "grpo_seconds_total_with_evals": round(g_seconds, 1),
+        "grpo_seconds_total": round(g_seconds, 1),
         "train_success_per_step": [x.get("env/success") for x in steps],
         "informative_groups_per_step": [x.get("group/informative_share") for x in steps],
     }

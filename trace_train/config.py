@@ -63,6 +63,10 @@ class RolloutConfig:
     """Sampling temperature for training rollouts (evaluation defaults to greedy)."""
     top_p: float = 1.0
     """Nucleus sampling for training rollouts."""
+    tool_prompt: str = "hermes"
+    """How the system prompt lists the tools: ``hermes`` (full JSON schemas) or ``compact`` (one
+    signature line per tool, 3-4x fewer prompt tokens; the CPU presets). Evaluate a model with
+    the setting it was trained with."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.difficulty <= 1.0:
@@ -81,6 +85,8 @@ class RolloutConfig:
             )
         if self.temperature < 0:
             raise ConfigError(f"temperature={self.temperature} must be >= 0")
+        if self.tool_prompt not in ("hermes", "compact"):
+            raise ConfigError(f"tool_prompt={self.tool_prompt!r}; use hermes or compact")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,8 +375,13 @@ class EvalConfig:
     """0 = greedy (default for evaluation)."""
     reward_mode: str = "partial"
     """Verifier reward mode."""
+    tool_prompt: str = "hermes"
+    """Tool list in the system prompt of model policies: ``hermes`` or ``compact`` (use the
+    setting the model was trained with)."""
 
     def __post_init__(self) -> None:
+        if self.tool_prompt not in ("hermes", "compact"):
+            raise ConfigError(f"tool_prompt={self.tool_prompt!r}; use hermes or compact")
         if self.episodes < 1:
             raise ConfigError(f"episodes={self.episodes} must be >= 1")
         if self.split not in ("train", "eval", "test"):

@@ -85,6 +85,7 @@ def evaluate(cfg: EvalConfig, policy: Any = None, progress: bool = True) -> dict
         cfg.temperature,
         cfg.reward_mode,
         cfg.batch_size,
+        cfg.tool_prompt,
     )
     policy = policy or parse_policy(cfg.policy, settings)
     out = Path(cfg.out_dir)
@@ -128,6 +129,7 @@ def evaluate_model(
         rollout_cfg.max_completion_tokens,
         0.0,
         rollout_cfg.reward_mode,
+        tool_prompt=getattr(rollout_cfg, "tool_prompt", "hermes"),
     )
     specs = [
         EpisodeSpec(rollout_cfg.env_id, i, rollout_cfg.difficulty, split) for i in range(episodes)

@@ -111,6 +111,7 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
             reward_mode=cfg.reward_mode,
             env_kwargs=cfg.env_kwargs,
             agent_name="grpo",
+            tool_prompt=cfg.tool_prompt,
         )
         stats.add(rollouts)
         logprobs = [r.logprobs for r in rollouts] if getattr(trainer, "use_vllm", False) else None

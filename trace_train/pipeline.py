@@ -120,6 +120,9 @@ class PipelineConfig:
     """Tokens per assistant turn for model policies."""
     batch_size: int = 8
     """Episodes generated side by side."""
+    tool_prompt: str = "hermes"
+    """Tool list in model prompts for warm start, training and evaluation alike: ``hermes``
+    (full JSON schemas) or ``compact`` (one line per tool; 3-4x shorter, for CPU runs)."""
 
     def __post_init__(self) -> None:
         if not self.target and not self.trajectories:
@@ -223,6 +226,7 @@ def _eval(run: Run, policy: str, env_ids: list[str], episodes: int, split: str, 
         batch_size=cfg.batch_size,
         max_turns=cfg.max_turns,
         max_new_tokens=cfg.max_new_tokens,
+        tool_prompt=cfg.tool_prompt,
     )
     return evaluate(eval_cfg)
 
@@ -247,6 +251,7 @@ def stage_warmstart(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
         "demonstrations": cfg.warmstart_demonstrations,
         "epochs": cfg.warmstart_epochs,
         "eval_episodes": 0,
+        "tool_prompt": cfg.tool_prompt,
     }
     result = warmstart(load_config(WarmstartConfig, cfg.preset, overrides))
     merged = run.path("base_model")
@@ -368,6 +373,7 @@ def stage_train(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
             "env_id": item["env_id"],
             "output_dir": str(out),
             "difficulty": cfg.difficulty,
+            "tool_prompt": cfg.tool_prompt,
         }
         grpo_cfg = load_config(GRPORunConfig, cfg.preset, overrides)
         say(f"train: GRPO on {item['env_id']} for {item['capability']} ({grpo_cfg.steps} steps)")

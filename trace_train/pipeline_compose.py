@@ -48,6 +48,7 @@ def router_sequences(run: Any, adapters: dict[str, dict[str, str]], tokenizer: A
             demonstrations=cfg.router_sequences,
             max_turns=max(cfg.max_turns, 12),
             max_new_tokens=cfg.max_new_tokens,
+            tool_prompt=cfg.tool_prompt,
             seed=7,  # different task seeds from the warm start's
         )
         for row in demonstrations(demo_cfg, fmt):

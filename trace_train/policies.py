@@ -43,6 +43,7 @@ class PlaySettings:
     temperature: float = 0.0
     reward_mode: str = "partial"
     batch_size: int = 8
+    tool_prompt: str = "hermes"
 
 
 class ModelPolicy:
@@ -67,6 +68,7 @@ class ModelPolicy:
             max_completion_tokens=settings.max_completion_tokens,
             reward_mode=settings.reward_mode,
             agent_name=self.name,
+            tool_prompt=settings.tool_prompt,
         )
         return [r.record for r in rollouts]
 
@@ -230,6 +232,7 @@ class RoutedModelPolicy(ModelPolicy):
                 max_turns=settings.max_turns,
                 reward_mode=settings.reward_mode,
                 env_kwargs={},
+                tool_prompt=settings.tool_prompt,
             )
             _, info = env.reset(
                 seed=spec.task_seed, options={"difficulty": spec.difficulty, "split": spec.split}

@@ -92,6 +92,7 @@ def demonstrations(cfg: WarmstartConfig, fmt: ChatFormat) -> list[dict[str, list
             reward_mode=cfg.reward_mode,
             env_kwargs=cfg.env_kwargs,
             agent_name="oracle",
+            tool_prompt=cfg.tool_prompt,
         )
         if not rollout.success:  # e.g. the turn limit cut the oracle short: not a demonstration
             continue
