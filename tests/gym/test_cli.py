@@ -4,6 +4,7 @@ import io
 import json
 
 import gymnasium as gym
+import pytest
 
 import trace_gym
 from trace_gym.agents import OracleAgent
@@ -31,13 +32,15 @@ def test_unknown_id_is_one_line_with_a_suggestion(capsys):
     assert "Did you mean trace/precondition-v0" in err and "Traceback" not in err
 
 
-def test_play_an_episode_from_typed_lines():
-    env = gym.make("trace/precondition-v0")
+@pytest.mark.parametrize("env_id", trace_gym.registered_ids())
+def test_play_an_episode_from_typed_lines(env_id):
+    env = gym.make(env_id)
     env.reset(seed=5)
-    lines = [json.dumps(a) if not isinstance(a, str) else a for a in env.unwrapped.oracle_actions()]
+    actions = env.unwrapped.oracle_actions()
+    lines = [json.dumps(a) if not isinstance(a, str) else a.replace("\n", " ") for a in actions]
     out = []
     verdict = play(
-        "trace/precondition-v0",
+        env_id,
         5,
         stdin=io.StringIO("\n".join(lines) + "\n"),
         out=lambda *a, **k: out.append(a[0]),
