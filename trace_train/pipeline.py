@@ -51,6 +51,8 @@ STAGES = (
     "report",
 )
 COMPOSITIONS = ("routed", "moe")
+MODEL_POLICY_KINDS = ("hf", "embedded", "moe", "routed", "litellm")
+"""Policy-spec prefixes of model policies (the rest are scripted trace_gym agents)."""
 
 
 class PipelineError(ValueError):
@@ -115,7 +117,8 @@ class PipelineConfig:
     eval_split: str = "test"
     """Split of the final evaluation (disjoint from training and from diagnosis)."""
     max_turns: int = 10
-    """Assistant turns per episode for model policies."""
+    """Assistant turns per episode for model policies (scripted agents play each
+    environment's own limit)."""
     max_new_tokens: int = 160
     """Tokens per assistant turn for model policies."""
     batch_size: int = 8
@@ -216,6 +219,9 @@ def _eval(run: Run, policy: str, env_ids: list[str], episodes: int, split: str, 
     from trace_train.evaluate import evaluate
 
     cfg = run.config
+    # The turn limit and token budgets bound a model's generation; a scripted agent plays the
+    # environment's own turn limit (cutting it short would plant failures it does not have).
+    is_model = policy.partition(":")[0] in MODEL_POLICY_KINDS
     eval_cfg = EvalConfig(
         policy=policy,
         env_ids=env_ids,
@@ -224,7 +230,7 @@ def _eval(run: Run, policy: str, env_ids: list[str], episodes: int, split: str, 
         split=split,
         out_dir=str(out),
         batch_size=cfg.batch_size,
-        max_turns=cfg.max_turns,
+        max_turns=cfg.max_turns if is_model else None,
         max_new_tokens=cfg.max_new_tokens,
         tool_prompt=cfg.tool_prompt,
     )

@@ -92,7 +92,7 @@ def test_ground_truth_diagnosis_finds_the_planted_gap_and_says_so(finished_run):
     report = json.loads((finished_run["dir"] / "report.json").read_text())
     assert report["diagnosis_method"] == "ground_truth"
     assert set(report["core"]) == PLANTED and report["core"][0] in PLANTED
-    assert "no LLM" in (finished_run["dir"] / "report.html").read_text()
+    assert "No LLM was configured" in (finished_run["dir"] / "report.html").read_text()
     assert "skipped" in log  # the console of the rerun
 
 
