@@ -1,0 +1,25 @@
+"""Every shipped config loads into its dataclass, and ids in it are registered."""
+
+from pathlib import Path
+
+import pytest
+
+import trace_gym
+from trace_train.config import GRPORunConfig, WarmstartConfig, load_config
+from trace_train.pipeline import PipelineConfig
+
+CONFIGS = Path(__file__).resolve().parents[2] / "trace_train" / "configs"
+PIPELINES = ["demo_cpu.yaml", "gpu_qwen3.yaml", "tau2_diagnose.yaml"]
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_pipeline_configs_load_with_registered_targets(name):
+    cfg = PipelineConfig.load(CONFIGS / name)
+    assert not cfg.target or cfg.target in trace_gym.registered_ids()
+
+
+@pytest.mark.parametrize("preset", ["cpu_tiny", "cpu_smollm2", "gpu_paper"])
+def test_presets_load_for_grpo_and_warmstart(preset):
+    grpo = load_config(GRPORunConfig, preset)
+    assert grpo.env_id in trace_gym.registered_ids()
+    load_config(WarmstartConfig, preset)
