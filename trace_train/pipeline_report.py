@@ -9,6 +9,7 @@ only; every string is escaped by jinja2's autoescape; the page makes no external
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 BAR_WIDTH = 420
 """Pixel width of a 100 % bar in the success chart."""
+LABEL_WIDTH = 290
+"""Pixel width of the policy-name column left of the bars."""
 
 
 def _read_json(path: Path) -> Any:
@@ -37,6 +40,11 @@ def _rollouts(log: Path) -> dict[str, Any]:
     }
 
 
+def _rel(run: Any, path: str | Path) -> str:
+    """A path as the report links it: relative to the run folder the page sits in."""
+    return os.path.relpath(Path(path).resolve(), run.dir.resolve())
+
+
 def _policy_rows(run: Any) -> list[dict[str, Any]]:
     rows = []
     for name, path in run.output("evaluate").get("summaries", {}).items():
@@ -56,7 +64,7 @@ def _policy_rows(run: Any) -> list[dict[str, Any]]:
                 "reward": overall["mean_reward"],
                 "reward_ci": overall["mean_reward_ci95"],
                 "capabilities": overall.get("capabilities", {}),
-                "episodes_path": str(Path(path).with_name("episodes.jsonl")),
+                "episodes_path": _rel(run, Path(path).with_name("episodes.jsonl")),
             }
         )
     return rows
@@ -72,12 +80,17 @@ def _chart(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "label": r["name"],
                 "y": y,
                 "w": round(BAR_WIDTH * r["success"], 1),
-                "lo": round(160 + BAR_WIDTH * r["success_lo"], 1),
-                "hi": round(160 + BAR_WIDTH * r["success_hi"], 1),
+                "lo": round(LABEL_WIDTH + BAR_WIDTH * r["success_lo"], 1),
+                "hi": round(LABEL_WIDTH + BAR_WIDTH * r["success_hi"], 1),
                 "text": f"{r['success']:.0%}",
             }
         )
-    return {"bars": bars, "height": 20 + 34 * len(rows), "width": 160 + BAR_WIDTH + 60}
+    return {
+        "bars": bars,
+        "height": 20 + 34 * len(rows),
+        "width": LABEL_WIDTH + BAR_WIDTH + 60,
+        "x0": LABEL_WIDTH,
+    }
 
 
 def _capability_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -123,6 +136,8 @@ def build_context(run: Any) -> dict[str, Any]:
             {
                 "capability": cap,
                 **info,
+                "adapter": _rel(run, info["adapter"]),
+                "log": _rel(run, Path(info["adapter"]).parent / "training_log.jsonl"),
                 **_rollouts(Path(info["adapter"]).parent / "training_log.jsonl"),
             }
             for cap, info in adapters.items()
@@ -130,7 +145,7 @@ def build_context(run: Any) -> dict[str, Any]:
         "policies": rows,
         "chart": _chart(rows),
         "cap_table": _capability_table(rows),
-        "compose": run.output("compose"),
+        "compose": {k: _rel(run, v) for k, v in run.output("compose").items()},
         "eval_split": cfg.eval_split,
         "diagnosis_report": diagnose.get("report"),
         "stages": run.state,
