@@ -112,6 +112,9 @@ class PipelineConfig:
     """Oracle episodes per adapter's environment used to train the mixture's router."""
     router_steps: int = 150
     """Optimiser steps of router training."""
+    routing_check_tasks: int = 3
+    """Held-out tasks per adapter's environment on which the per-task router's accuracy is
+    measured (its capability is known there); 0 skips the check."""
     eval_episodes: int = 20
     """Held-out episodes per policy on the target."""
     eval_split: str = "test"
@@ -393,7 +396,7 @@ def stage_train(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
 
 def stage_compose(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     """Per-task routing and/or the token-level mixture over the trained adapters."""
-    from trace_train.pipeline_compose import build_moe, build_routed
+    from trace_train.pipeline_compose import build_moe, build_routed, routing_check
 
     adapters = run.output("train").get("adapters", {})
     if not adapters:
@@ -402,6 +405,11 @@ def stage_compose(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     if "routed" in run.config.compose:
         built["routed"] = str(build_routed(run, adapters))
         say(f"compose: per-task router over {len(adapters)} adapter(s) -> {built['routed']}")
+        check = routing_check(run, adapters, Path(built["routed"]))
+        if check:
+            say(
+                f"compose: per-task routing accuracy {check['accuracy']:.0%} on {check['tasks']} tasks"
+            )
     if "moe" in run.config.compose:
         folder, stats = build_moe(run, adapters)
         built["moe"] = str(folder)

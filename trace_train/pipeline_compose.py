@@ -87,3 +87,28 @@ def build_moe(run: Any, adapters: dict[str, dict[str, str]]) -> tuple[Path, floa
     )
     out = save_moe(model, run.path("compose", "moe"), tokenizer=tokenizer)
     return Path(out), float(result.accuracy.get("mean", 0.0))
+
+
+def routing_check(run: Any, adapters: dict[str, dict[str, str]], routed_dir: Path) -> dict:
+    """Per-task routing accuracy on held-out tasks of the adapters' own environments (whose
+    capability is known); written to ``compose/routing_check.json`` for the report."""
+    import json
+
+    import gymnasium as gym
+
+    from trace_train.routing import load_routed, routing_accuracy
+
+    n = run.config.routing_check_tasks
+    if n <= 0:
+        return {}
+    tasks = []
+    for cap, info in adapters.items():
+        env = gym.make(info["env_id"], disable_env_checker=True, tool_prompt=run.config.tool_prompt)
+        for seed in range(n):
+            _, obs_info = env.reset(seed=seed, options={"split": "eval"})
+            tasks.append((obs_info["messages"][:2], cap))
+        env.close()
+    result = routing_accuracy(load_routed(routed_dir), tasks)
+    result["tasks"] = len(tasks)
+    run.path("compose", "routing_check.json").write_text(json.dumps(result, indent=2))
+    return result

@@ -105,6 +105,12 @@ def _capability_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"columns": [r["name"] for r in rows], "rows": table}
 
 
+def _moe_stats(run: Any) -> dict[str, Any]:
+    folder = run.output("compose").get("moe")
+    config = _read_json(Path(folder) / "trace_moe_config.json") if folder else None
+    return (config or {}).get("stats", {})
+
+
 def build_context(run: Any) -> dict[str, Any]:
     cfg = run.config
     analysis = _read_json(run.path("diagnose", "analysis.json")) or {}
@@ -146,6 +152,8 @@ def build_context(run: Any) -> dict[str, Any]:
         "chart": _chart(rows),
         "cap_table": _capability_table(rows),
         "compose": {k: _rel(run, v) for k, v in run.output("compose").items()},
+        "routing_check": _read_json(run.path("compose", "routing_check.json")) or {},
+        "moe_stats": _moe_stats(run),
         "eval_split": cfg.eval_split,
         "diagnosis_report": diagnose.get("report"),
         "stages": run.state,

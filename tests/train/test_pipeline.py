@@ -119,6 +119,8 @@ def test_adapter_and_compositions_are_loadable_folders(finished_run):
     (adapter_dir,) = list((run_dir / "train").glob("*/adapter"))
     assert (adapter_dir / "adapter_config.json").exists()
     assert (run_dir / "compose" / "moe" / "router.safetensors").exists()
+    check = json.loads((run_dir / "compose" / "routing_check.json").read_text())
+    assert check["tasks"] == 3 and 0.0 <= check["accuracy"] <= 1.0  # 3 tasks of 1 adapter
     assert any((run_dir / "compose" / "routed").iterdir())
 
 
