@@ -57,6 +57,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import ToolSet
@@ -128,16 +129,12 @@ class ClarifyConfig:
 
     @classmethod
     def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> ClarifyConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ConfigError(f"unknown clarify config field(s) {unknown}; known: {sorted(known)}")
         base = cls(
             n_missing=1 + round(2 * d),
             wrong_info_probability=0.6 * d,
             n_other_orders=1 + round(3 * d),
         )
-        return cls(**{**dataclasses.asdict(base), **overrides})
+        return apply_overrides(base, overrides, "clarify")
 
 
 # -- task -------------------------------------------------------------------------------------

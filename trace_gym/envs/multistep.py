@@ -63,6 +63,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from trace_gym.core.config import check_overrides
 from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import ToolSet
@@ -138,12 +139,7 @@ class MultistepConfig:
 
     @classmethod
     def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> MultistepConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown multistep config field(s) {unknown}; known: {sorted(known)}"
-            )
+        check_overrides(cls, overrides, "multistep")
         n_operations = 2 + round(4 * d)
         base = {
             "n_operations": n_operations,

@@ -52,6 +52,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState, TraceEnv
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import ToolSet
@@ -109,12 +110,6 @@ class PaymentCalcConfig:
 
     @classmethod
     def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> PaymentCalcConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown payment-calc config field(s) {unknown}; known: {sorted(known)}"
-            )
         base = cls(
             max_gift_cards=1 + round(2 * d),
             max_certificates=1 + round(d),
@@ -122,9 +117,7 @@ class PaymentCalcConfig:
             n_refund_items=2 + round(3 * d),
             opened_share=0.2 + 0.5 * d,
         )
-        values = {**dataclasses.asdict(base), **overrides}
-        values["kinds"] = tuple(values["kinds"])
-        return cls(**values)
+        return apply_overrides(base, overrides, "payment-calc")
 
 
 # -- task -------------------------------------------------------------------------------------

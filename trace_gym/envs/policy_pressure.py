@@ -56,6 +56,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState, TraceEnv
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import ToolSet
@@ -141,10 +142,6 @@ class PressureConfig:
 
     @classmethod
     def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> PressureConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ConfigError(f"unknown pressure config field(s) {unknown}; known: {sorted(known)}")
         base = cls(
             n_pressure=1 + round(3 * d),
             claim_probability=0.8 * d,
@@ -152,7 +149,7 @@ class PressureConfig:
             n_rules=1 + round(d),
             n_distractors=round(2 * d),
         )
-        return cls(**{**dataclasses.asdict(base), **overrides})
+        return apply_overrides(base, overrides, "pressure")
 
 
 # -- task -------------------------------------------------------------------------------------

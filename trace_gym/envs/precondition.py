@@ -52,6 +52,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import ToolSet
@@ -112,21 +113,13 @@ class PreconditionConfig:
 
     @classmethod
     def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> PreconditionConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown precondition config field(s) {unknown}; known: {sorted(known)}"
-            )
         base = cls(
             n_rules=1 + round(4 * d),
             near_miss_probability=0.8 * d,
             n_distractors=round(4 * d),
             inactive_violation_probability=0.5 * d,
         )
-        values = {**dataclasses.asdict(base), **overrides}
-        values["requests"] = tuple(values["requests"])
-        return cls(**values)
+        return apply_overrides(base, overrides, "precondition")
 
 
 # -- task -------------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import ToolSet
@@ -111,10 +112,6 @@ class RecoverConfig:
 
     @classmethod
     def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> RecoverConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ConfigError(f"unknown recover config field(s) {unknown}; known: {sorted(known)}")
         base = cls(
             n_faults=1 + round(2 * d),
             nested_probability=0.8 * d,
@@ -122,7 +119,7 @@ class RecoverConfig:
             n_other_cards=round(2 * d),
             decoy_backup_probability=0.8 * d,
         )
-        return cls(**{**dataclasses.asdict(base), **overrides})
+        return apply_overrides(base, overrides, "recover")
 
 
 # -- task -------------------------------------------------------------------------------------

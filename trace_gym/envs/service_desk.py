@@ -55,6 +55,7 @@ from types import ModuleType
 from typing import Any
 
 from trace_gym.agents.deficit import Segment
+from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import Tool, ToolSet
@@ -173,20 +174,12 @@ class ServiceDeskConfig:
 
     @classmethod
     def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> ServiceDeskConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown service-desk config field(s) {unknown}; known: {sorted(known)}"
-            )
         base = cls(
             max_requests=1 + round((MAX_REQUESTS - 1) * d),
             together_probability=TOGETHER_AT_MAX * d,
             member_difficulty=d,
         )
-        values = {**dataclasses.asdict(base), **overrides}
-        values["capabilities"] = tuple(values["capabilities"])
-        return cls(**values)
+        return apply_overrides(base, overrides, "service-desk")
 
 
 # -- task -------------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState, TraceEnv
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import ToolSet
@@ -101,21 +102,13 @@ class StructuredDataConfig:
 
     @classmethod
     def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> StructuredDataConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown structured-data config field(s) {unknown}; known: {sorted(known)}"
-            )
         base = cls(
             n_constraints=2 + round(4 * d),
             n_candidates=3 + round(9 * d),
             near_duplicate_share=0.2 + 0.6 * d,
             tight_threshold_probability=0.8 * d,
         )
-        values = {**dataclasses.asdict(base), **overrides}
-        values["domains"] = tuple(values["domains"])
-        return cls(**values)
+        return apply_overrides(base, overrides, "structured-data")
 
 
 # -- task -------------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import ToolSet
@@ -103,12 +104,6 @@ class ToolCallConfig:
 
     @classmethod
     def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> ToolCallConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown tool-call config field(s) {unknown}; known: {sorted(known)}"
-            )
         kinds = tuple(rq.REQUESTS) if d >= 0.25 else rq.FLAT
         base = cls(
             requests=kinds,
@@ -117,9 +112,7 @@ class ToolCallConfig:
             relative_date_probability=0.9 * d,
             n_similar_ids=round(3 * d),
         )
-        values = {**dataclasses.asdict(base), **overrides}
-        values["requests"] = tuple(values["requests"])
-        return cls(**values)
+        return apply_overrides(base, overrides, "tool-call")
 
 
 # -- task -------------------------------------------------------------------------------------
