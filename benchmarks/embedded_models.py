@@ -52,6 +52,11 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=10)
     ap.add_argument("--demos", type=int, default=24)
     ap.add_argument("--out", default="runs/bench_embedded")
+    # One sequence per step bounds memory: Gemma 3's 262k-token vocabulary makes the logits of
+    # a 4 x 2048-token batch ~8.6 GB in float32 (a batch of 4 ran this 24 GB machine out of
+    # memory even for SmolLM2 beside another job).
+    ap.add_argument("--batch-size", type=int, default=1)
+    ap.add_argument("--max-length", type=int, default=1536)
     args = ap.parse_args()
 
     import torch
@@ -74,7 +79,8 @@ def main() -> None:
             WarmstartConfig,
             "cpu_smollm2",
             {"model": path, "output_dir": f"{args.out}/{name}", "demonstrations": args.demos,
-             "epochs": 1, "eval_episodes": args.eval, "resume": False},
+             "epochs": 1, "eval_episodes": args.eval, "resume": False,
+             "batch_size": args.batch_size, "max_length": args.max_length},
         )  # fmt: skip
         t0 = time.time()
         ws = warmstart.train(cfg)
