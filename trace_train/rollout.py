@@ -251,6 +251,26 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def supports_cache_reuse(model: Any) -> bool:
+    """Whether a stored KV cache can be handed to a later ``generate`` call of this model.
+
+    Not for token-level mixtures (their router carries a per-sequence state the cache does not
+    hold) nor for sliding-window attention (Gemma 3, Mistral): such a cache keeps only the
+    last window of tokens and cannot be cropped back to a shared prefix, so keying it by the
+    sequence it saw would be wrong.
+    """
+    if getattr(model, "trace_moe", None) is not None:
+        return False
+    config = getattr(model, "config", None)
+    config = getattr(config, "text_config", None) or config
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types:
+        return not any("sliding" in str(kind) for kind in layer_types)
+    return not (
+        getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
+    )
+
+
 def hf_generate(
     model: Any,
     tokenizer: Any,
@@ -262,8 +282,7 @@ def hf_generate(
 ) -> Generate:
     """A :data:`Generate` over ``model.generate`` that stops at the turn end.
 
-    With ``reuse_cache`` (default: on, except for token-level mixtures, whose router carries a
-    per-sequence state that a stored cache does not hold) each sequence is generated on its own
+    With ``reuse_cache`` (default: :func:`supports_cache_reuse`) each sequence is generated on its own
     from the longest cached prefix (:class:`_KVStore`): on a CPU, encoding the whole
     conversation again every turn costs far more than batching saves (SmolLM2-135M, one
     thread: ~90 ms per decoded token at batch 1 and ~33 ms per sequence at batch 8, but ~7 ms
@@ -273,7 +292,7 @@ def hf_generate(
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
     if reuse_cache is None:
-        reuse_cache = getattr(model, "trace_moe", None) is None
+        reuse_cache = supports_cache_reuse(model)
     store = _KVStore()
     sampling = (
         {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
