@@ -94,8 +94,7 @@ def routing_check(run: Any, adapters: dict[str, dict[str, str]], routed_dir: Pat
     capability is known); written to ``compose/routing_check.json`` for the report."""
     import json
 
-    import gymnasium as gym
-
+    from trace_train.rollout import make_env
     from trace_train.routing import load_routed, routing_accuracy
 
     n = run.config.routing_check_tasks
@@ -103,7 +102,13 @@ def routing_check(run: Any, adapters: dict[str, dict[str, str]], routed_dir: Pat
         return {}
     tasks = []
     for cap, info in adapters.items():
-        env = gym.make(info["env_id"], disable_env_checker=True, tool_prompt=run.config.tool_prompt)
+        env = make_env(
+            info["env_id"],
+            max_turns=None,
+            reward_mode="partial",
+            env_kwargs={},
+            tool_prompt=run.config.tool_prompt,
+        )
         for seed in range(n):
             _, obs_info = env.reset(seed=seed, options={"split": "eval"})
             tasks.append((obs_info["messages"][:2], cap))

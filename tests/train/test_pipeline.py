@@ -34,6 +34,7 @@ def tiny_config(tmp_path, model_dir, **overrides) -> PipelineConfig:
         "max_turns": 3,
         "max_new_tokens": 8,
         "batch_size": 2,
+        "tool_prompt": "compact",  # the CPU setting, passed to every stage
     }
     values.update(overrides)
     return PipelineConfig(**values)
