@@ -435,6 +435,8 @@ def oracle(task: ClarifyTask, world: World) -> list[Any]:
 class ClarifyUser(ScriptedUser):
     """Answers the slots it is asked about; leaves once the request is done or declined."""
 
+    nudges = ("Can you help me with my request?",)
+
     def __init__(self, task: ClarifyTask) -> None:
         super().__init__(task.opening)
         self.task = task
@@ -448,15 +450,6 @@ class ClarifyUser(ScriptedUser):
         if not asked:
             return None
         return UserReply(" ".join(self.task.answers[s] for s in asked))
-
-    def reply(self, agent_text: str, episode: EpisodeState) -> UserReply:
-        answer = self.respond(agent_text, episode)
-        if answer is not None:
-            return answer
-        self.replies_given += 1
-        if self.replies_given < self.patience:
-            return UserReply("Can you help me with my request?")
-        return UserReply("I'll try again later. Goodbye.", done=True)
 
 
 # -- environment ------------------------------------------------------------------------------

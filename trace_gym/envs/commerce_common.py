@@ -179,12 +179,13 @@ class DoneWhenUser(ScriptedUser):
         super().__init__(opening)
         self.done = done
 
-    def reply(self, agent_text: str, episode: EpisodeState) -> UserReply:
+    nudges = (
+        "Yes, that's right. Please go ahead.",
+        "Please just take care of everything I asked for.",
+    )
+    goodbye = "I'll call back later. Goodbye."
+
+    def respond(self, agent_text: str, episode: EpisodeState) -> UserReply | None:
         if self.done(episode):
             return UserReply("Great, thank you. That's all I needed.", done=True)
-        self.replies_given += 1
-        if self.replies_given == 1:
-            return UserReply("Yes, that's right. Please go ahead.")
-        if self.replies_given < self.patience:
-            return UserReply("Please just take care of everything I asked for.")
-        return UserReply("I'll call back later. Goodbye.", done=True)
+        return None

@@ -357,16 +357,12 @@ def _read_call(table: str, key: str) -> dict[str, Any]:
 class PreconditionUser(ScriptedUser):
     """Confirms once when asked, leaves after the decision or after three idle replies."""
 
-    def reply(self, agent_text: str, episode: EpisodeState) -> UserReply:
+    nudges = ("Yes, I confirm. Please go ahead.", "Please just take care of my request.")
+    goodbye = "I'll call back later. Goodbye."
+
+    def respond(self, agent_text: str, episode: EpisodeState) -> UserReply | None:
         decided = any(c.ok and (c.changed_world or c.kind == "control") for c in episode.calls)
-        if decided:
-            return UserReply("Thank you, that's all I needed.", done=True)
-        self.replies_given += 1
-        if self.replies_given == 1:
-            return UserReply("Yes, I confirm. Please go ahead.")
-        if self.replies_given < self.patience:
-            return UserReply("Please just take care of my request.")
-        return UserReply("I'll call back later. Goodbye.", done=True)
+        return UserReply("Thank you, that's all I needed.", done=True) if decided else None
 
 
 # -- environment ------------------------------------------------------------------------------

@@ -425,6 +425,7 @@ class RecoverUser(ScriptedUser):
     """Repeats its details when asked, leaves after hearing the result of the upgrade."""
 
     patience = 4
+    nudges = ("Please go ahead with the upgrade.",)
 
     def __init__(self, task: RecoverTask, world: World) -> None:
         super().__init__(task.opening)
@@ -450,15 +451,6 @@ class RecoverUser(ScriptedUser):
         if "card" in low or "payment" in low:
             parts.append(self.card or "Please use the card on the order.")
         return UserReply(" ".join(parts)) if parts else None
-
-    def reply(self, agent_text: str, episode: EpisodeState) -> UserReply:
-        answer = self.respond(agent_text, episode)
-        if answer is not None:
-            return answer
-        self.replies_given += 1
-        if self.replies_given < self.patience:
-            return UserReply("Please go ahead with the upgrade.")
-        return UserReply("I'll try again later. Goodbye.", done=True)
 
 
 # -- environment ------------------------------------------------------------------------------
