@@ -4,6 +4,10 @@
 * ``score`` is the weighted mean of check scores (weight 0 makes a check diagnostic only),
   and 0 when any gate (a "minefield": a forbidden write, a call in an abstain task) tripped,
   so partial credit cannot be farmed around a forbidden action.
+* ``decided`` is False when the episode reached no decision (no state-changing call, no
+  refusal, no final answer the task asks for). Process credit (read before acting, asked a
+  question, diagnosed an error) only counts once a decision is made, so an undecided episode
+  scores 0: otherwise a policy learns to read and stall.
 * every check names the ``capability`` it exercises; the composite benchmark's ground truth
   (which capabilities a failed episode lacked) is read off the failed hard checks and gates.
 
@@ -66,6 +70,7 @@ class Verification:
 
     checks: tuple[Check, ...]
     required_capabilities: tuple[str, ...] = field(default=())
+    decided: bool = True
 
     @property
     def gated(self) -> bool:
@@ -77,7 +82,7 @@ class Verification:
 
     @property
     def score(self) -> float:
-        if self.gated:
+        if self.gated or not self.decided:
             return 0.0
         total = sum(c.weight for c in self.checks)
         if total <= 0:
@@ -109,6 +114,7 @@ class Verification:
             "passed": self.passed,
             "score": self.score,
             "gated": self.gated,
+            "decided": self.decided,
             "checks": [c.to_dict() for c in self.checks],
             "required_capabilities": list(self.required_capabilities),
             "lacking_capabilities": list(self.lacking_capabilities),
