@@ -37,6 +37,7 @@ import asyncio
 import functools
 import json
 import math
+import os
 from typing import Any
 
 import gymnasium as gym
@@ -177,6 +178,23 @@ def create_app(env_id: str, *, max_sessions: int = DEFAULT_MAX_SESSIONS, **make_
     )
     app.add_middleware(_QuietClientClose)
     return app
+
+
+def app_from_env() -> Any:
+    """:func:`create_app` configured by environment variables, for ``uvicorn --factory``.
+
+    ``TRACE_GYM_ENV_ID`` (required) and ``TRACE_GYM_MAX_SESSIONS`` (default 64), so a
+    container runs ``uvicorn --factory trace_gym.serve:app_from_env --workers N``.
+    """
+    env_id = os.environ.get("TRACE_GYM_ENV_ID")
+    if not env_id:
+        raise ConfigError("set TRACE_GYM_ENV_ID to the environment to serve")
+    raw = os.environ.get("TRACE_GYM_MAX_SESSIONS", str(DEFAULT_MAX_SESSIONS))
+    try:
+        max_sessions = int(raw)
+    except ValueError:
+        raise ConfigError(f"TRACE_GYM_MAX_SESSIONS must be an integer, got {raw!r}") from None
+    return create_app(env_id, max_sessions=max_sessions)
 
 
 class _QuietClientClose:

@@ -289,3 +289,22 @@ def test_serve_without_openenv_says_which_extra_to_install():
     )
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'trace-rl[serve]'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@needs_openenv
+def test_app_factory_reads_the_environment_variables(monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from trace_gym.errors import ConfigError
+    from trace_gym.serve import app_from_env
+
+    monkeypatch.delenv("TRACE_GYM_ENV_ID", raising=False)
+    with pytest.raises(ConfigError, match="TRACE_GYM_ENV_ID"):
+        app_from_env()
+    monkeypatch.setenv("TRACE_GYM_ENV_ID", "trace/clarify-v0")
+    monkeypatch.setenv("TRACE_GYM_MAX_SESSIONS", "many")
+    with pytest.raises(ConfigError, match="'many'"):
+        app_from_env()
+    monkeypatch.setenv("TRACE_GYM_MAX_SESSIONS", "3")
+    with TestClient(app_from_env()) as http:
+        assert http.get("/metadata").json()["name"] == "trace/clarify-v0"
