@@ -7,7 +7,7 @@ Public API::
     analyze(runs, descriptions=None, *, rho=0.10, delta=0.20, k_consistency=None,
             trajectories=None) -> dict                  # the analysis.json content
 
-**The paper's rule, exactly** (ARCHITECTURE section 4; `aggregate_capabilities.py`): for
+**The paper's rule, exactly** (the TRACE release's `aggregate_capabilities.py`): for
 each run r and capability c, with lf/pf/lp/pp the LACKING/PRESENT counts among failed and
 passed trajectories (NA excluded from the rates): `Cov = lf / total_failed`,
 `ER- = lf/(lf+pf)`, `ER+ = lp/(lp+pp)`, `delta = ER- - ER+`. A run passes when

@@ -8,6 +8,7 @@ Examples::
     trace-gym play trace/precondition-v0 --seed 3
     trace-gym score trace/precondition-v0 --episodes runs/episodes.jsonl
     trace-gym calibrate trace/precondition-v0 --agent random --seeds 100 --group 16
+    trace-gym serve trace/precondition-v0 --port 8000 --max-sessions 64   # [serve] extra
 
 Commands are thin: they parse options, call the library function a user could call, and
 print. Known errors print one line (``TRACE_DEBUG=1`` shows the traceback).
@@ -25,7 +26,7 @@ from typing import Any, TextIO
 import gymnasium as gym
 
 import trace_gym
-from trace_gym.errors import TraceGymError
+from trace_gym.errors import ConfigError, TraceGymError
 from trace_gym.registration import entry, load_registry
 
 
@@ -146,6 +147,23 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 1 if mismatched else 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    entry(args.env_id)
+    try:
+        from trace_gym.serve import serve
+    except ImportError as exc:
+        raise TraceGymError(str(exc)) from None
+    if args.max_sessions < 1:
+        raise ConfigError(f"--max-sessions must be at least 1, got {args.max_sessions}")
+    print(
+        f"serving {args.env_id} on http://{args.host}:{args.port} "
+        f"(WebSocket /ws, /health, /schema; at most {args.max_sessions} sessions)",
+        flush=True,
+    )
+    serve(args.env_id, host=args.host, port=args.port, max_sessions=args.max_sessions)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trace-gym", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -170,6 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("env_id")
     score.add_argument("--episodes", required=True, help="JSON-lines episode log")
     score.set_defaults(fn=cmd_score)
+    srv = sub.add_parser("serve", help="serve an environment with OpenEnv (HTTP + WebSocket)")
+    srv.add_argument("env_id")
+    srv.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--max-sessions", type=int, default=64, help="concurrent client sessions")
+    srv.set_defaults(fn=cmd_serve)
     try:
         from trace_gym.calibrate import add_calibrate_parser
     except ImportError:  # pragma: no cover - calibrate ships with the package

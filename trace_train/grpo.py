@@ -4,8 +4,7 @@ Reads top to bottom like cleanrl's ``ppo.py``, as a library: small helpers, then
 :func:`train` whose body follows the run (output folder, base model, LoRA, task dataset,
 rollout function, trainer, resume, train, save). The CLI (``trace-train grpo``) only wraps it.
 
-Design choice, ``rollout_func`` rather than ``environment_factory`` (both exist in TRL 1.16,
-``research/feasibility.md`` section 3b):
+Design choice, ``rollout_func`` rather than ``environment_factory`` (both exist in TRL 1.16):
 
 * the hint swap: hinted rollouts must be *generated* with the ``<expert_guidance>`` prompt and
   *scored* by the update on the hint-free one. With ``rollout_func`` we return ``prompt_ids``

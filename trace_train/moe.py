@@ -7,7 +7,7 @@ and picks exactly one slot per token; all adapted linears of that block use it. 
 the transformers ``PreTrainedModel`` it was, so ``generate`` (with its KV cache) works unchanged:
 a token's route depends only on its own hidden state, so caching cannot change it.
 
-Forward kernels (``RouterSpec.kernel``; see ``/work/shared/research/train.md`` section 4.3):
+Forward kernels (``RouterSpec.kernel``; ``benchmarks/moe_overhead.py`` times them):
 
 * ``concat_masked`` (default): ``z = x A_catᵀ`` (E·r columns), zero the r-blocks of the
   experts a token did not pick, ``y = Wx + z B_catᵀ``. Two dense GEMMs, static shapes, exact.

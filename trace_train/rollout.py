@@ -12,7 +12,7 @@ trained on. An episode is kept as token ids:
 Hinted rollouts are *generated* from the hinted system prompt (``gen_prompt_ids``) but report
 the hint-free ``prompt_ids``: the GRPO update therefore learns the good actions conditioned on
 the prompt the model sees at evaluation time (the released TRACE trainer's
-``_swap_hint_prompts``, ``research/paper.md`` section 3.5).
+``_swap_hint_prompts``, github.com/ScalingIntelligence/TRACE).
 
 Environment turns are rendered through the model's own chat template (the pieces around a
 user message are cut out of one template call with placeholders), so any ChatML-, Llama- or

@@ -1,6 +1,6 @@
 """Train the token routers of a mixture with every base and expert weight frozen.
 
-Recipe (``/work/shared/research/train.md`` section 6.3):
+Recipe:
 
 1. **Features.** Teacher-force each labelled sequence (a rollout of capability k, labelled by
    the environment it came from) with *oracle* routing, i.e. every token forced to slot k, and

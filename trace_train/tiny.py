@@ -2,11 +2,10 @@
 
 Nothing is downloaded: a byte-level BPE tokenizer is trained in a few milliseconds on a small
 built-in corpus (or one you pass), wrapped in transformers' ``PreTrainedTokenizerFast``, and a
-Qwen2- or Qwen3-style model with random weights is built from a config sized to it (recipe in
-``/work/shared/research/feasibility.md`` section 2). The tokenizer carries a chat template and the
+Qwen2- or Qwen3-style model with random weights is built from a config sized to it. The tokenizer carries a chat template and the
 tool-call marker tokens (``<tool_call>`` ...) as ordinary added tokens, so TRL's tool-calling
 paths can parse what the model emits; with ``chat_template="qwen3"`` it gets TRL's bundled Qwen3
-template, which TRL's ``environment_factory`` recognises (feasibility.md section 3b).
+template, which TRL's ``environment_factory`` recognises.
 
 Example::
 
@@ -30,7 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast
 SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<pad>")
 
 #: Tool-call markers added as ordinary (non-special) tokens so that decoding keeps them in
-#: the text and TRL's response parser can find them (feasibility.md section 3b).
+#: the text and TRL's response parser can find them.
 TOOL_TOKENS: tuple[str, ...] = (
     "<tool_call>",
     "</tool_call>",

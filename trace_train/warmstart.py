@@ -1,7 +1,7 @@
 """``trace-train warmstart``: supervised LoRA on the environment's oracle demonstrations.
 
 Why: a model that never succeeds gives GRPO no signal (all rewards equal, zero advantages).
-Measured before filing: SmolLM2-135M wrote 0 valid tool calls in 10 samples. A short
+Untrained, SmolLM2-135M writes no valid tool call (0 in 10 samples). A short
 supervised pass on oracle episodes from the ``train`` split teaches the tool-call format; its
 adapter then seeds ``trace-train grpo`` (``init_adapter``, or merged with
 ``merge_init_adapter``).

@@ -23,3 +23,11 @@ def test_presets_load_for_grpo_and_warmstart(preset):
     grpo = load_config(GRPORunConfig, preset)
     assert grpo.env_id in trace_gym.registered_ids()
     load_config(WarmstartConfig, preset)
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_pipeline_config_inputs_are_inside_the_repository(name):
+    repo = CONFIGS.parents[1]
+    for path in PipelineConfig.load(CONFIGS / name).trajectories:
+        resolved = (repo / path).resolve()
+        assert resolved.is_relative_to(repo) and resolved.is_file(), path

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 
 import pytest
 
+from tests.browser import assert_self_contained, needs_chromium, render
 from trace_train import pipeline
 from trace_train.pipeline import PipelineConfig, PipelineError, run_pipeline
 
@@ -125,16 +124,14 @@ def test_adapter_and_compositions_are_loadable_folders(finished_run):
     assert any((run_dir / "compose" / "routed").iterdir())
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+@needs_chromium
 def test_report_renders_in_headless_chromium(finished_run, tmp_path):
-    out = subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--no-first-run", f"--user-data-dir={tmp_path}", "--dump-dom", finished_run["report"].as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    dom = out.stdout
+    page = finished_run["report"]
+    rendered = render(page, tmp_path)
+    assert_self_contained(page.read_text(), rendered)
+    dom = rendered.dom
     assert dom.count("<table") >= 3 and "<svg" in dom and "Held-out results" in dom
+    assert 'aria-label="success rate per policy"' in dom and "<rect" in dom  # the bars
 
 
 def test_bad_config_is_one_clear_error(tmp_path):

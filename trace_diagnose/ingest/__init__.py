@@ -18,6 +18,7 @@ Trajectory ids are made unique across inputs by suffixing `@<hash of the source 
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import re
@@ -27,7 +28,7 @@ from typing import Any
 from ..errors import IngestError, UnknownFormatError
 from ..schema import Trajectory
 from . import openai_jsonl, swe, tau2, trace_gym
-from .common import load_json
+from .common import load_json, uncompressed_name
 
 FORMATS = ("tau2", "openai_jsonl", "mini_swe_agent", "swe_agent", "trace_gym")
 REPORT = "swebench_report"
@@ -44,7 +45,7 @@ def detect_format(path: Path) -> list[tuple[Path, str]]:
             return [(path, "tau2")]
         found = []
         for child in sorted(path.rglob("*")):
-            if child.is_file() and child.suffix in (".json", ".jsonl", ".traj"):
+            if child.is_file() and uncompressed_name(child).endswith((".json", ".jsonl", ".traj")):
                 try:
                     found.extend(detect_format(child))
                 except UnknownFormatError:
@@ -58,7 +59,7 @@ def detect_format(path: Path) -> list[tuple[Path, str]]:
 
 
 def _detect_file(path: Path) -> str:
-    name = path.name
+    name = uncompressed_name(path)  # `x.json.gz` / `x.jsonl.gz` are read gunzipped
     if name.endswith(".traj"):
         return "swe_agent"
     if name.endswith(".jsonl"):
@@ -92,16 +93,20 @@ def _detect_file(path: Path) -> str:
 
 
 def _first_jsonl_object(path: Path) -> dict[str, Any]:
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise IngestError(f"{path}:{lineno}: broken JSON line: {exc.msg}") from exc
-                if not isinstance(obj, dict):
-                    raise UnknownFormatError(f"{path}:{lineno}: JSONL line is not an object")
-                return obj
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                if line.strip():
+                    try:
+                        obj = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise IngestError(f"{path}:{lineno}: broken JSON line: {exc.msg}") from exc
+                    if not isinstance(obj, dict):
+                        raise UnknownFormatError(f"{path}:{lineno}: JSONL line is not an object")
+                    return obj
+    except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
+        raise IngestError(f"{path}: cannot read ({exc})") from exc
     raise IngestError(f"{path}: empty file")
 
 

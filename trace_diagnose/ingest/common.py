@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
 from ..errors import IngestError
 
 
+def read_text(path: Path) -> str:
+    """A file's UTF-8 text; a name ending in ``.gz`` is gunzipped (large result files)."""
+    if path.name.endswith(".gz"):
+        try:
+            with gzip.open(path, "rt", encoding="utf-8") as fh:
+                return fh.read()
+        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+            raise IngestError(f"{path}: not a valid gzip file ({exc})") from exc
+    return path.read_text(encoding="utf-8")
+
+
+def uncompressed_name(path: Path) -> str:
+    """The file name without a trailing ``.gz`` (what decides its format)."""
+    return path.name[: -len(".gz")] if path.name.endswith(".gz") else path.name
+
+
 def load_json(path: Path) -> Any:
     """Parse a JSON file, or raise `IngestError` naming the file, line and column."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except OSError as exc:
         raise IngestError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     except UnicodeDecodeError as exc:
@@ -28,7 +46,7 @@ def load_json(path: Path) -> Any:
 def load_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """Parse a JSON Lines file into (line number, object) pairs; blank lines are skipped."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_text(path).splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise IngestError(f"{path}: cannot read as UTF-8 text ({exc})") from exc
     rows = []

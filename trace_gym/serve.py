@@ -1,0 +1,366 @@
+"""Serve a registered environment over HTTP and WebSocket with OpenEnv, and play it remotely.
+
+``trace-gym serve ID`` runs an `OpenEnv <https://github.com/meta-pytorch/OpenEnv>`_ server
+(``openenv-core``, installed by the ``serve`` extra) for one registered environment. Every
+WebSocket connection (``/ws``) is one session with its own ``gym.make(ID)`` instance, so
+trainers on other machines can run many rollouts against one server; OpenEnv also serves
+``/health``, ``/schema`` and ``/metadata``. (OpenEnv's plain HTTP ``/reset`` and ``/step``
+build a fresh environment per request, so multi-turn episodes need the WebSocket.)
+
+The protocol is OpenEnv's, the payloads are trace_gym's:
+
+* action: ``{"turn": ...}`` where ``turn`` is exactly what ``env.step`` accepts (a string, an
+  assistant-message dict, a list of tool calls);
+* reset: ``seed`` plus gymnasium's ``options`` dict, or the same options as top-level keys
+  (``split``, ``difficulty``, ``hint``, ``config``, ``task_seed``) for OpenEnv clients that
+  pass keyword arguments. An unknown key is an error, never dropped: a seed or split that
+  silently fell back to a default would put the rollouts of one GRPO group on different tasks;
+* observation: ``text`` (the gymnasium observation), ``terminated``, ``truncated`` and the full
+  ``info`` dict, with OpenEnv's ``reward`` and ``done``.
+
+:class:`RemoteEnv` behaves like ``gym.make(ID)`` against a server::
+
+    from trace_gym.serve import RemoteEnv
+
+    env = RemoteEnv("http://127.0.0.1:8000", env_id="trace/precondition-v0")
+    obs, info = env.reset(seed=3, options={"split": "eval", "difficulty": 0.8})
+    obs, reward, terminated, truncated, info = env.step('{"name": "get_order", ...}')
+    env.close()
+
+:class:`TraceEnvClient` is the OpenEnv client class itself (async; ``.sync()`` for blocking
+use), for code that drives many sessions from one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import math
+import os
+from typing import Any
+
+import gymnasium as gym
+
+try:
+    from openenv.core.client_types import StepResult
+    from openenv.core.env_client import EnvClient
+    from openenv.core.env_server import Action, Environment, Observation, State
+    from openenv.core.env_server.types import EnvironmentMetadata
+    from pydantic import Field
+    from starlette.websockets import WebSocketDisconnect
+    from websockets.exceptions import ConnectionClosed, WebSocketException
+except ImportError as exc:  # the base install stays light; serving is an extra
+    raise ImportError(
+        f"trace_gym.serve needs openenv-core ({exc}): pip install 'trace-rl[serve]'"
+    ) from exc
+
+import trace_gym
+from trace_gym.core.env import RESET_OPTIONS
+from trace_gym.core.spaces import AnyText
+from trace_gym.errors import ConfigError, TraceGymError
+from trace_gym.registration import entry
+
+DEFAULT_PORT = 8000
+DEFAULT_MAX_SESSIONS = 64
+
+
+class ServeError(TraceGymError):
+    """The server refused a request or could not be reached."""
+
+
+class TraceAction(Action):
+    """One assistant turn, exactly as ``env.step`` takes it."""
+
+    turn: Any = Field(
+        ...,
+        description="A string (text to the customer, JSON tool calls or <tool_call> blocks), "
+        "an assistant-message dict, or a list of tool calls",
+    )
+
+
+class TraceObservation(Observation):
+    """What ``env.reset`` / ``env.step`` return, plus OpenEnv's ``reward`` and ``done``."""
+
+    text: str = Field(default="", description="The gymnasium observation")
+    terminated: bool = Field(default=False)
+    truncated: bool = Field(default=False)
+    info: dict[str, Any] = Field(default_factory=dict, description="The gymnasium info dict")
+
+
+class TraceState(State):
+    """Where the session's episode stands."""
+
+    env_id: str = ""
+    task_id: str | None = None
+    ended: bool = False
+
+
+class TraceServedEnv(Environment[TraceAction, TraceObservation, TraceState]):
+    """One session: a ``gym.make(env_id)`` instance behind OpenEnv's Environment interface."""
+
+    # Sessions share nothing: each holds its own environment, world and RNG.
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, env_id: str, make_kwargs: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.env_id = env_id
+        self._env = gym.make(env_id, **(make_kwargs or {}))
+        self._state = TraceState(env_id=env_id)
+
+    def reset(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> TraceObservation:
+        unknown = sorted(set(kwargs) - set(RESET_OPTIONS))
+        if unknown:
+            raise ConfigError(
+                f"unknown reset argument(s) {unknown}; known: seed, options, "
+                f"{', '.join(RESET_OPTIONS)}"
+            )
+        merged = {**(options or {}), **kwargs}
+        obs, info = self._env.reset(seed=seed, options=merged)
+        self._state = TraceState(
+            env_id=self.env_id, episode_id=episode_id or info["task_id"], task_id=info["task_id"]
+        )
+        return TraceObservation(text=obs, info=info, reward=None, done=False)
+
+    def step(
+        self, action: TraceAction, timeout_s: float | None = None, **kwargs: Any
+    ) -> TraceObservation:
+        obs, reward, terminated, truncated, info = self._env.step(action.turn)
+        self._state.step_count += 1
+        self._state.ended = bool(terminated or truncated)
+        return TraceObservation(
+            text=obs,
+            reward=float(reward),
+            done=self._state.ended,
+            terminated=bool(terminated),
+            truncated=bool(truncated),
+            info=info,
+        )
+
+    @property
+    def state(self) -> TraceState:
+        return self._state
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        row = entry(self.env_id)
+        return EnvironmentMetadata(
+            name=row.id,
+            description=f"{row.description} (capability: {row.capability})",
+            version=trace_gym.__version__,
+            documentation_url="https://github.com/meta-pytorch/OpenEnv",
+        )
+
+    def close(self) -> None:
+        self._env.close()
+
+
+def create_app(env_id: str, *, max_sessions: int = DEFAULT_MAX_SESSIONS, **make_kwargs: Any) -> Any:
+    """The OpenEnv FastAPI application serving ``env_id`` (for ``uvicorn`` or a Dockerfile)."""
+    from openenv.core.env_server import create_app as openenv_create_app
+
+    entry(env_id)  # an unknown id fails here, with suggestions, not in the first session
+    if max_sessions < 1:
+        raise ConfigError(f"max_sessions must be at least 1, got {max_sessions}")
+    gym.make(env_id, **make_kwargs).close()  # bad make kwargs fail at startup too
+    factory = functools.partial(TraceServedEnv, env_id, make_kwargs)
+    app = openenv_create_app(
+        factory,
+        TraceAction,
+        TraceObservation,
+        env_name=env_id,
+        max_concurrent_envs=max_sessions,
+    )
+    app.add_middleware(_QuietClientClose)
+    return app
+
+
+def app_from_env() -> Any:
+    """:func:`create_app` configured by environment variables, for ``uvicorn --factory``.
+
+    ``TRACE_GYM_ENV_ID`` (required) and ``TRACE_GYM_MAX_SESSIONS`` (default 64), so a
+    container runs ``uvicorn --factory trace_gym.serve:app_from_env --workers N``.
+    """
+    env_id = os.environ.get("TRACE_GYM_ENV_ID")
+    if not env_id:
+        raise ConfigError("set TRACE_GYM_ENV_ID to the environment to serve")
+    raw = os.environ.get("TRACE_GYM_MAX_SESSIONS", str(DEFAULT_MAX_SESSIONS))
+    try:
+        max_sessions = int(raw)
+    except ValueError:
+        raise ConfigError(f"TRACE_GYM_MAX_SESSIONS must be an integer, got {raw!r}") from None
+    return create_app(env_id, max_sessions=max_sessions)
+
+
+class _QuietClientClose:
+    """ASGI middleware: a client that closes its socket first is a normal end of session.
+
+    OpenEnv's WebSocket handler closes the socket after the client's ``close`` message; when
+    the client has already closed its side (OpenEnv's own client does), Starlette raises
+    ``WebSocketDisconnect`` out of the handler and the server logs a traceback per session.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        except WebSocketDisconnect:
+            pass
+
+
+def serve(
+    env_id: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    log_level: str = "warning",
+    **make_kwargs: Any,
+) -> None:
+    """Run the server in the foreground until interrupted."""
+    import uvicorn
+
+    app = create_app(env_id, max_sessions=max_sessions, **make_kwargs)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, ws_max_size=64 * 2**20)
+
+
+class TraceEnvClient(EnvClient[TraceAction, TraceObservation, TraceState]):
+    """OpenEnv's WebSocket client for a served trace_gym environment (async)."""
+
+    def _step_payload(self, action: Any) -> dict[str, Any]:
+        turn = action.turn if isinstance(action, TraceAction) else action
+        return {"turn": turn}
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[TraceObservation]:
+        obs = TraceObservation(
+            **payload.get("observation", {}),
+            reward=payload.get("reward"),
+            done=payload.get("done", False),
+        )
+        return StepResult(observation=obs, reward=payload.get("reward"), done=obs.done)
+
+    def _parse_state(self, payload: dict[str, Any]) -> TraceState:
+        return TraceState(**payload)
+
+    async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+        # A server at capacity sends its reason and closes right after the connection opens:
+        # the next send fails, but the reason is still waiting to be read.
+        try:
+            await self._send(message)
+        except ConnectionClosed:
+            pass
+        response = await self._receive()
+        if response.get("type") == "error":
+            data = response.get("data", {})
+            raise RuntimeError(
+                f"Server error: {data.get('message', 'unknown error')} "
+                f"(code: {data.get('code', 'UNKNOWN')})"
+            )
+        return response
+
+    async def disconnect(self) -> None:
+        """Ask the server to end the session and let it close the connection first.
+
+        OpenEnv's client closes its side right after the close message, and the server then
+        fails (and logs a traceback) closing a connection that is already gone.
+        """
+        ws, self._ws = self._ws, None
+        if ws is None:
+            return
+        try:
+            await ws.send(json.dumps({"type": "close"}))
+            await asyncio.wait_for(ws.wait_closed(), timeout=self._connect_timeout)
+        except (OSError, TimeoutError, asyncio.TimeoutError, WebSocketException):
+            pass  # the session ends on the server when the connection drops anyway
+        finally:
+            await ws.close()
+
+
+class RemoteEnv(gym.Env):
+    """A served environment with the ``gym.make(ID)`` interface.
+
+    ``reset(seed=, options=) -> (obs, info)`` and ``step(action) -> (obs, reward, terminated,
+    truncated, info)`` return what the in-process environment returns. Given ``env_id``, the
+    constructor checks that the server serves that environment. One instance is one session;
+    ``close()`` ends it.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        env_id: str | None = None,
+        connect_timeout_s: float = 10.0,
+        message_timeout_s: float = 60.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.env_id = env_id
+        self.observation_space = AnyText()
+        self.action_space = AnyText()
+        if env_id is not None:
+            served = server_metadata(self.base_url, timeout_s=connect_timeout_s)["name"]
+            if served != env_id:
+                raise ServeError(f"{self.base_url} serves {served!r}, not {env_id!r}")
+        self._client = TraceEnvClient(
+            self.base_url, connect_timeout_s=connect_timeout_s, message_timeout_s=message_timeout_s
+        ).sync()
+        try:
+            self._call(self._client.connect)
+        except ServeError:
+            self.close()  # stops the client's event-loop thread
+            raise
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ConnectionError, RuntimeError, TimeoutError, OSError) as exc:
+            raise ServeError(f"{self.base_url}: {exc}") from exc
+        except ConnectionClosed as exc:
+            raise ServeError(f"{self.base_url}: the server closed the session ({exc})") from exc
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        result = self._call(self._client.reset, seed=seed, options=dict(options or {}))
+        return result.observation.text, result.observation.info
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        result = self._call(self._client.step, TraceAction(turn=action))
+        obs = result.observation
+        reward = float(result.reward) if result.reward is not None else math.nan
+        return obs.text, reward, obs.terminated, obs.truncated, obs.info
+
+    def state(self) -> TraceState:
+        """The session's episode id, task id and step count on the server."""
+        return self._call(self._client.state)
+
+    def close(self) -> None:
+        client = getattr(self, "_client", None)
+        if client is not None:
+            self._client = None
+            client.close()
+
+
+def server_metadata(base_url: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The server's ``/metadata`` (``name`` is the environment id)."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{base_url.rstrip('/')}/metadata", timeout=timeout_s)
+        response.raise_for_status()
+        return response.json()
+    except httpx.HTTPError as exc:
+        raise ServeError(f"cannot read {base_url}/metadata: {exc}") from exc
