@@ -27,7 +27,7 @@ goes to the card up to what it paid, the rest to the gift card.
 | ``total_told`` | 0.3 | the first dollar amount in the final message is the total |
 | ``single_write`` (gate) | 0 | at most one booking or refund was written |
 
-Doing nothing scores 0.
+Doing nothing scores 0, and so does reading without writing (no decision).
 
 ## Episode end
 The customer leaves once the write is done and the agent talks to them (that message is the
@@ -222,7 +222,9 @@ def verify(task: PaymentCalcTask, ep: EpisodeState, *, scoped: bool = False) -> 
         Check("single_write", CAPABILITY, float(len(writes) <= 1), 0.0, gate=True, expected=1,
               actual=len(writes)),
     ]  # fmt: skip
-    return Verification(tuple(checks), required_capabilities=(CAPABILITY,))
+    # the decision is the write: reading the records and stalling earns nothing
+    decided = write is not None
+    return Verification(tuple(checks), required_capabilities=(CAPABILITY,), decided=decided)
 
 
 # -- oracle -----------------------------------------------------------------------------------

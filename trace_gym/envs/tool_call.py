@@ -29,7 +29,9 @@ Everything but the call itself is easy: ids are given and a single record is rel
 | ``right_payment_instrument`` (gate) | 0 | every successful write names the intended payment method |
 
 Strings compare stripped and case-insensitively; everything else exactly. Doing nothing
-scores 0.
+scores 0, and so does an episode without a write (no decision). The task *is* copying the
+request into one call, so the information-free policy ``grant_by_copying`` is exempt from the
+soundness bound (``information_free_exempt``); the others must fail.
 
 ## Episode end
 The customer leaves once the request's tool has run and the agent talks to them, or after
@@ -51,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
@@ -226,7 +228,9 @@ def verify(task: ToolCallTask, ep: EpisodeState, *, scoped: bool = False) -> Ver
               expected=task.payment_method_id, actual=bad_pay,
               message="a write named a payment method the customer did not mean"),
     ]  # fmt: skip
-    return Verification(tuple(checks), required_capabilities=(CAPABILITY,))
+    # a decision is any write that reached the world; without one nothing can be credited
+    decided = bool(writes or tried)
+    return Verification(tuple(checks), required_capabilities=(CAPABILITY,), decided=decided)
 
 
 # -- oracle -----------------------------------------------------------------------------------
@@ -253,6 +257,9 @@ class ToolCallEnv(TraceEnv):
     capability = CAPABILITY
     version = 0
     default_max_turns = 8
+    information_free_exempt: ClassVar[dict[str, str]] = {
+        "grant_by_copying": "the task is copying the request into one exact call",
+    }
     tools = ToolSet(
         pick_tools(
             "get_customer",
@@ -302,6 +309,10 @@ class ToolCallEnv(TraceEnv):
 
     def verify(self, task: ToolCallTask, episode: EpisodeState) -> Verification:
         return verify(task, episode)
+
+    def requested_call(self, task: ToolCallTask) -> dict[str, Any]:
+        """The call the customer asks for, as they state it (the capability itself)."""
+        return {"name": task.tool, "arguments": dict(task.reference_arguments)}
 
     def oracle(self, task: ToolCallTask) -> list[Any]:
         return oracle(task, World(task.world["now"], task.world["tables"]))  # read only
