@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState, TraceEnv
@@ -68,6 +68,7 @@ from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs import structured_options as so
 from trace_gym.envs.commerce_common import DoneWhenUser, call, new_records, split_of
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_customer
 from trace_gym.world.model import World, cents
 from trace_gym.world.tools import pick_tools
@@ -289,6 +290,12 @@ class StructuredDataEnv(TraceEnv):
     capability = CAPABILITY
     version = 0
     default_max_turns = 10
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        KnobRate("domain", 0.0, 0.5, 0.05, equals="flights"),
+        KnobRate("domain", 1.0, 0.5, 0.05, equals="flights"),
+        KnobRate("n_near_duplicates", 1.0, 1.0, 0.0),
+    )
+    template_floor: ClassVar[int] = 60
     tools = ToolSet(
         pick_tools(
             "get_customer",

@@ -40,9 +40,9 @@ three replies without it; truncated at ``max_turns``.
 ## Difficulty
 | knob | d = 0 | d = 1 |
 |---|---|---|
-| requests | cancel, payment, bags | all six, the nested ones likelier |
+| requests | cancel, payment, bags | all six, the nested ones 80 % |
 | passengers to set | 1 | up to 3 |
-| relative dates ("a week from today") | never | 90 % |
+| relative dates ("a week from today") | never | 90 % of dates (24 % of requests) |
 | payment methods with near-identical ids | 0 | 3 |
 
 ## Version history
@@ -64,6 +64,7 @@ from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs import tool_call_requests as rq
 from trace_gym.envs.commerce_common import DoneWhenUser, call
 from trace_gym.errors import ConfigError, ErrorCode
+from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_customer
 from trace_gym.world.model import World, world_diff
 from trace_gym.world.tools import VOCABULARY, pick_tools, restrict_diff
@@ -257,6 +258,13 @@ class ToolCallEnv(TraceEnv):
     capability = CAPABILITY
     version = 0
     default_max_turns = 8
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        KnobRate("relative_date", 0.0, 0.0, 0.0),
+        KnobRate("relative_date", 1.0, 0.24, 0.05),  # 90 % of dates; a quarter of requests
+        KnobRate("nested", 0.0, 0.0, 0.0),
+        KnobRate("nested", 1.0, 0.8, 0.05),
+    )
+    template_floor: ClassVar[int] = 200
     information_free_exempt: ClassVar[dict[str, str]] = {
         "grant_by_copying": "the task is copying the request into one exact call",
     }
