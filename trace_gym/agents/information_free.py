@@ -83,6 +83,11 @@ def tool_kind(env: TraceEnv, name: str) -> str | None:
     return None if tool is None else tool.kind
 
 
+def _decision(env: TraceEnv, turn: Any) -> bool:
+    """A turn with a write or control call."""
+    return any(tool_kind(env, c["name"]) != "read" for c in turn_calls(turn) or [])
+
+
 def oracle_reads(env: TraceEnv, plan: list[Any]) -> list[Any]:
     """The read-kind calls of ``plan``, turn by turn (turns without reads dropped)."""
     turns = []
@@ -224,7 +229,7 @@ class GrantByCopying(ScriptAgent):
 
 class FixedQuestionTemplate(ScriptAgent):
     """Asks one question naming every argument of every write tool, then plays the oracle's
-    turns without the questions it asks before its last call.
+    turns without the questions it asks before its first write or control call.
 
     ``applicable`` is False on a task where the oracle asks no question.
     """
@@ -241,10 +246,11 @@ class FixedQuestionTemplate(ScriptAgent):
                     names.append(arg)
         question = f"Could you tell me the {', '.join(names)}?"
         plan = env.oracle_actions()
-        last_call = max((i for i, t in enumerate(plan) if turn_calls(t)), default=-1)
+        decides = [i for i, t in enumerate(plan) if _decision(env, t)]
+        first_decision = decides[0] if decides else -1
 
-        def asks(i: int, turn: Any) -> bool:
-            return isinstance(turn, str) and "?" in turn and i < last_call
+        def asks(i: int, turn: Any) -> bool:  # a question before acting, not a check-in after
+            return isinstance(turn, str) and "?" in turn and i < first_decision
 
         # where the oracle asks nothing, this plan is the oracle's plus one question: it
         # uses all the information, so the task says nothing about untargeted asking
