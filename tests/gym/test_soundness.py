@@ -21,6 +21,7 @@ from trace_gym.envs.payment_calc import PaymentCalcEnv
 from trace_gym.envs.structured_data import StructuredDataEnv
 from trace_gym.envs.tool_call import ToolCallEnv
 from trace_gym.soundness import (
+    LONG_SEEDS,
     KnobRate,
     check_information_free,
     check_knob_rates,
@@ -37,6 +38,13 @@ def test_information_free_policies_fail(env_id: str) -> None:
     rows = check_information_free(env_id, n_seeds=20)
     measured = {r["policy"] for r in rows if "n" in r}
     assert {"oracle", "null", "read_then_stall", "keyword_stuffed"} <= measured
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id", OWN)
+def test_information_free_policies_fail_long(env_id: str) -> None:
+    check_information_free(env_id, n_seeds=LONG_SEEDS)
+    check_template_diversity(env_id)
 
 
 def test_first_search_result_is_measured_on_structured_data() -> None:
