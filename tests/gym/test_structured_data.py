@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from trace_gym.envs.structured_data import (
@@ -12,15 +14,15 @@ from trace_gym.envs.structured_data import (
 from trace_gym.errors import ConfigError
 
 GOLDEN = {
-    0.0: ["b4b4a0064625edd0ae0b983d48a830aece313d84c1d28df6b5715bafdb47f83c",
-          "2f6661362c5227fac060c371737e8e0ea8faf4e006a30e63aaf2a45d98bb2039",
-          "8b90e5f64a7bd9c4f4494bc18b53effbda5807eae079c04b5f7f0b06f30d37c3"],
-    0.5: ["67290e83266a627b7892fbaca69180ac1e4a521af41453917dc36cb7a7341213",
-          "27f0a9b20e05a844bfa44cbe31dea7ff1a4bd22be89ad1f5b004e90b7a9a2195",
-          "403bfce35d7ef825c3bdccabedfd37f2157054b199ed1aab8f9445693eee5413"],
-    1.0: ["4b6eb6fb8623c7a722ad3e9cd2986a92c48ca1f26bb41145c464e55ba1221173",
-          "648af1a64fc87a960e1504cf195ffce0e1be948d549ab090dcf87fda6268b278",
-          "1a14ea7577433451225ac8481a2892e68b84b004bb4aaafbf34598b7575ee4f1"],
+    0.0: ["32c0d6d73061e9df1faf4231fa3ebacea8cf14aa3ce05597552fd7d89178266d",
+          "dbc3428d945d48b8bd2294a27b75f6977de12d1a1d3d8c0d26420648839cda32",
+          "944bd92de0663db6e807ca7dbaa0e8dc1fa890bafe8c504bc7cd19ba192aaca2"],
+    0.5: ["51d41d1f9828cd4d410fbde74932da146a36616d041970e4caaabbda144d3a4d",
+          "c2a2638bbde68a0bef61a0b36627e630fee05382e0d134c249b5abc3af579b65",
+          "8653fcb7f4556a4afaf78474e2deccaa3cabd0c63c0fdf548a822761e061b62a"],
+    1.0: ["168ad1ee8c108e7d6b129f087e863a13af4e26a05d759ee8af6d3cc11485e18c",
+          "37753f9f72fa3b32d7443b9fafe5d67dafcd36b76fcb0bfc979931ca60700974",
+          "fdae66bdcbb5da647f755a746e47018cdc2bc9ddb10e1bec39d7308dd3a5f173"],
 }  # fmt: skip
 DIFFICULTIES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -184,10 +186,29 @@ def test_grading_cases(env: StructuredDataEnv) -> None:
             elif any(c["strict"] for c in broken):
                 assert got["gated"] and got["score"] == 0.0
                 seen.add("strict")
-            elif not broken:  # feasible but worse: partial credit, never full
-                assert 0.5 < got["score"] < 1.0
+            elif not broken:  # feasible but worse: a wrong choice earns nothing
+                assert got["gated"] and got["score"] == 0.0
                 seen.add("worse")
             else:
-                assert 0.0 < got["score"] < 0.9
+                assert got["gated"] and got["score"] == 0.0
                 seen.add("soft")
     assert seen == {"strict", "worse", "soft"}
+
+
+@pytest.mark.parametrize("d", [0.0, 1.0])
+def test_answer_is_rarely_the_first_search_result(env: StructuredDataEnv, d: float) -> None:
+    """Taking the first listed option must not pay: the answer leads the listing in at
+    most half of chance (1 / 2n) of tasks, far below the 10 % information-free bound."""
+    first = 0
+    for seed in range(200):
+        obs, _ = env.reset(seed=seed, options={"difficulty": d})
+        task = env.task
+        search = "search_flights" if task.domain == "flights" else "search_products"
+        _, _, _, _, info = env.step({"name": search, "arguments": task.search})
+        listing = json.loads(info["messages"][-1]["content"])
+        if task.domain == "flights":
+            top = f"{listing['flights'][0]['flight_number']}/{task.answer.split('/')[1]}"
+        else:
+            top = listing["products"][0]["variants"][0]["item_id"]
+        first += top == task.answer
+    assert first / 200 <= 0.06, first

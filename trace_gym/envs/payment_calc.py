@@ -27,7 +27,7 @@ goes to the card up to what it paid, the rest to the gift card.
 | ``total_told`` | 0.3 | the first dollar amount in the final message is the total |
 | ``single_write`` (gate) | 0 | at most one booking or refund was written |
 
-Doing nothing scores 0.
+Doing nothing scores 0, and so does reading without writing (no decision).
 
 ## Episode end
 The customer leaves once the write is done and the agent talks to them (that message is the
@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState, TraceEnv
@@ -61,6 +61,7 @@ from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs import payment_rules as pr
 from trace_gym.envs.commerce_common import DoneWhenUser, amounts_in, call, split_of
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now
 from trace_gym.world.model import World
 from trace_gym.world.tools import pick_tools
@@ -222,7 +223,9 @@ def verify(task: PaymentCalcTask, ep: EpisodeState, *, scoped: bool = False) -> 
         Check("single_write", CAPABILITY, float(len(writes) <= 1), 0.0, gate=True, expected=1,
               actual=len(writes)),
     ]  # fmt: skip
-    return Verification(tuple(checks), required_capabilities=(CAPABILITY,))
+    # the decision is the write: reading the records and stalling earns nothing
+    decided = write is not None
+    return Verification(tuple(checks), required_capabilities=(CAPABILITY,), decided=decided)
 
 
 # -- oracle -----------------------------------------------------------------------------------
@@ -256,6 +259,11 @@ class PaymentCalcEnv(TraceEnv):
     capability = CAPABILITY
     version = 0
     default_max_turns = 10
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        KnobRate("kind", 0.0, 0.5, 0.05, equals="book"),
+        KnobRate("kind", 1.0, 0.5, 0.05, equals="book"),
+    )
+    template_floor: ClassVar[int] = 100
     tools = ToolSet(
         pick_tools(
             "get_customer",

@@ -22,14 +22,17 @@ stated as absolute limits: booking an option that breaks one is forbidden.
 ## Reward (checks; all hard)
 | check | weight | passes when |
 |---|---|---|
-| ``searched_first`` | 0.1 | the request's search ran before the booking |
-| ``correct_option`` | 0.45 | the one booking is the unique feasible optimum |
-| ``constraints_met`` | 0.35 | partial: the share of constraints the booked option meets |
-| ``booking_details`` | 0.1 | partial: passengers, no insurance, the named card |
+| ``searched_first`` | 0.15 | the request's search ran before the booking |
+| ``correct_option`` (gate) | 0.65 | the one booking is the unique feasible optimum |
+| ``booking_details`` | 0.2 | partial: passengers, no insurance, the named card |
+| ``constraints_met`` (diagnostic) | 0 | the share of constraints the booked option meets |
 | ``no_forbidden_option`` (gate) | 0 | the booked option breaks no absolute limit |
 | ``single_booking`` (gate) | 0 | at most one reservation / one item was booked |
 
-Doing nothing scores 0.
+Booking a wrong option scores 0 (a feasible but worse one too), and so does booking nothing
+(no decision): partial credit only grades the details of the right booking. The answer is
+the first search result in at most half of chance (``1 / (2 n)`` of tasks), so "search and
+book the first result" wins about 4 % at difficulty 0 and nothing above.
 
 ## Episode end
 The customer leaves once a booking exists and the agent talks to them, or after three
@@ -39,19 +42,22 @@ replies without one; truncated at ``max_turns``.
 | knob | d = 0 | d = 1 |
 |---|---|---|
 | constraints | 2 | 6 (5 for products) |
-| candidates | 3 | 12 |
+| candidates | 12 | 20 |
 | near-duplicate share of distractors | 0.2 | 0.8 |
 | thresholds right next to a distractor's value | 0 | 80 % |
 
 ## Version history
 * v0: initial version.
+* v0, revised before release: 12-20 candidates (were 3-12); the answer is rarely the first
+  search result; a wrong booking scores 0 and no booking is undecided. Seeds changed
+  meaning (new golden hashes).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState, TraceEnv
@@ -62,6 +68,7 @@ from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs import structured_options as so
 from trace_gym.envs.commerce_common import DoneWhenUser, call, new_records, split_of
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_customer
 from trace_gym.world.model import World, cents
 from trace_gym.world.tools import pick_tools
@@ -69,8 +76,8 @@ from trace_gym.world.tools import pick_tools
 CAPABILITY = "structured_data_reasoning"
 ENV_ID = "trace/structured-data-v0"
 DOMAINS = ("flights", "products")
-WEIGHTS = {"searched_first": 0.1, "correct_option": 0.45, "constraints_met": 0.35}
-DETAILS_WEIGHT = 0.1
+WEIGHTS = {"searched_first": 0.15, "correct_option": 0.65}
+DETAILS_WEIGHT = 0.2
 
 
 # -- config -----------------------------------------------------------------------------------
@@ -80,8 +87,9 @@ class StructuredDataConfig:
 
     n_constraints: int = 4
     """Constraints of the request (capped by the domain's pool: 6 flights, 5 products)."""
-    n_candidates: int = 7
-    """Options in the search results, the answer included."""
+    n_candidates: int = 16
+    """Options in the search results, the answer included (at least 12 by default, so that
+    taking any one listed position wins rarely)."""
     near_duplicate_share: float = 0.5
     """Share of distractors that copy the answer and break one constraint."""
     tight_threshold_probability: float = 0.4
@@ -104,7 +112,7 @@ class StructuredDataConfig:
     def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> StructuredDataConfig:
         base = cls(
             n_constraints=2 + round(4 * d),
-            n_candidates=3 + round(9 * d),
+            n_candidates=12 + round(8 * d),
             near_duplicate_share=0.2 + 0.6 * d,
             tight_threshold_probability=0.8 * d,
         )
@@ -147,9 +155,13 @@ def generate_into(world: World, rng: StableRNG, cfg: StructuredDataConfig) -> St
     customer = new_customer(rng, world)
     card = customer["payment_method_ids"][0]
     drawn = so.draw_options(rng, spec, cfg)
+    if domain == "flights":
+        so.keep_flight_off_top(rng, drawn)
     passengers = rng.integer(1, 3) if domain == "flights" else 1
     search, ids = spec.materialise(rng, world, drawn)
     answer = ids[0]
+    if domain == "products":
+        so.keep_product_off_top(rng, world, search["category"], answer)
     # the generator's invariant, recomputed on the world as the verifier sees it
     found = so.feasible_optimum(world, domain, drawn.constraints, drawn.objective, ids)
     if found != [answer]:
@@ -225,9 +237,11 @@ def verify(task: StructuredDataTask, ep: EpisodeState, *, scoped: bool = False) 
               WEIGHTS["searched_first"], expected=task.search,
               message="the candidates were listed before the booking"),
         Check("correct_option", CAPABILITY, float(option == task.answer),
-              WEIGHTS["correct_option"], expected=task.answer, actual=option),
-        Check("constraints_met", CAPABILITY, fraction(len(met), len(constraints)),
-              WEIGHTS["constraints_met"], expected=[c.code for c in constraints], actual=met),
+              WEIGHTS["correct_option"], gate=True, expected=task.answer, actual=option,
+              message="book the one option that meets every requirement and is best"),
+        Check("constraints_met", CAPABILITY, fraction(len(met), len(constraints)), 0.0,
+              hard=False, expected=[c.code for c in constraints], actual=met,
+              message="diagnostic: the share of the requirements the booked option meets"),
         Check("booking_details", CAPABILITY, fraction(sum(details), len(details)),
               DETAILS_WEIGHT, expected="passengers, no insurance, the customer's card",
               actual=details),
@@ -237,7 +251,7 @@ def verify(task: StructuredDataTask, ep: EpisodeState, *, scoped: bool = False) 
         Check("single_booking", CAPABILITY, float(len(booked) <= 1), 0.0, gate=True,
               expected=1, actual=len(booked), message="book exactly one option"),
     ]  # fmt: skip
-    return Verification(tuple(checks), required_capabilities=(CAPABILITY,))
+    return Verification(tuple(checks), required_capabilities=(CAPABILITY,), decided=bool(booked))
 
 
 # -- oracle -----------------------------------------------------------------------------------
@@ -276,6 +290,12 @@ class StructuredDataEnv(TraceEnv):
     capability = CAPABILITY
     version = 0
     default_max_turns = 10
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        KnobRate("domain", 0.0, 0.5, 0.05, equals="flights"),
+        KnobRate("domain", 1.0, 0.5, 0.05, equals="flights"),
+        KnobRate("n_near_duplicates", 1.0, 1.0, 0.0),
+    )
+    template_floor: ClassVar[int] = 60
     tools = ToolSet(
         pick_tools(
             "get_customer",

@@ -429,3 +429,62 @@ def feasible_optimum(
         return []
     best = min(k for k, _ in feasible)
     return sorted(o for k, o in feasible if k == best)
+
+
+# -- the answer's place in the search results --------------------------------------------------
+def first_listed_share(n_candidates: int) -> float:
+    """How often the answer may be the first search result: half of chance (1 / n), so that
+    "book the first result" cannot pay; the answer is never first otherwise."""
+    return 0.5 / n_candidates
+
+
+def keep_flight_off_top(rng: StableRNG, drawn: Drawn) -> None:
+    """Flights list by departure: when nothing departs before the answer, replace the last
+    distractor by a copy of the answer that departs earlier and breaks a constraint (or, for
+    a criterion other than the earliest, is worse), so the answer is not the first result."""
+    target, constraints = drawn.options[0], drawn.constraints
+    if any(o["departs"] < target["departs"] for o in drawn.options[1:]):
+        return
+    if rng.random() < first_listed_share(len(drawn.options)):
+        return
+    earlier = ("stops", "max_price", "depart_after", "arrive_before")
+    for c in rng.shuffle([c for c in constraints if c.code in earlier]) + [None]:
+        o = dict(target)
+        if c is None:  # no constraint can be broken by an earlier flight: be worse instead
+            _shift_flight(o, drawn.objective, rng, False)
+        else:
+            _violate_flight(c, o, rng, False)
+        if c is None or c.code != "depart_after":
+            o["departs"] = target["departs"] - 5 * rng.integer(1, 12)
+        if c is not None and c.code == "arrive_before":
+            o["duration"] = c.value + 5 * rng.integer(2, 18) - o["departs"]
+        _normalise_flight(o)
+        if o["departs"] < target["departs"] and _acceptable(
+            o, target, constraints, drawn.objective
+        ):
+            drawn.options[-1] = o
+            return
+
+
+def keep_product_off_top(rng: StableRNG, world: World, category: str, answer: str) -> None:
+    """Products list by product id, variants in order: when the answer would be the first
+    item listed, move it to the end of its product's variants, or give its product the
+    largest id of the category."""
+    mine = sorted(
+        (p for p in world.tables["products"].values() if p["category"] == category),
+        key=lambda p: p["product_id"],
+    )
+    first = mine[0]
+    if first["variants"][0]["item_id"] != answer or (len(mine), len(first["variants"])) == (1, 1):
+        return
+    if rng.random() < first_listed_share(sum(len(p["variants"]) for p in mine)):
+        return
+    if len(first["variants"]) > 1:
+        first["variants"].append(first["variants"].pop(0))
+        return
+    last = mine[-1]
+    table = world.tables["products"]
+    records = {pid: p for pid, p in table.items()}
+    first["product_id"], last["product_id"] = last["product_id"], first["product_id"]
+    table.clear()
+    table.update({p["product_id"]: p for p in records.values()})

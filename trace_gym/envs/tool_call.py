@@ -29,7 +29,9 @@ Everything but the call itself is easy: ids are given and a single record is rel
 | ``right_payment_instrument`` (gate) | 0 | every successful write names the intended payment method |
 
 Strings compare stripped and case-insensitively; everything else exactly. Doing nothing
-scores 0.
+scores 0, and so does an episode without a write (no decision). The task *is* copying the
+request into one call, so the information-free policy ``grant_by_copying`` is exempt from the
+soundness bound (``information_free_exempt``); the others must fail.
 
 ## Episode end
 The customer leaves once the request's tool has run and the agent talks to them, or after
@@ -38,9 +40,9 @@ three replies without it; truncated at ``max_turns``.
 ## Difficulty
 | knob | d = 0 | d = 1 |
 |---|---|---|
-| requests | cancel, payment, bags | all six, the nested ones likelier |
+| requests | cancel, payment, bags | all six, the nested ones 80 % |
 | passengers to set | 1 | up to 3 |
-| relative dates ("a week from today") | never | 90 % |
+| relative dates ("a week from today") | never | 90 % of dates (24 % of requests) |
 | payment methods with near-identical ids | 0 | 3 |
 
 ## Version history
@@ -51,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
@@ -62,6 +64,7 @@ from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs import tool_call_requests as rq
 from trace_gym.envs.commerce_common import DoneWhenUser, call
 from trace_gym.errors import ConfigError, ErrorCode
+from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_customer
 from trace_gym.world.model import World, world_diff
 from trace_gym.world.tools import VOCABULARY, pick_tools, restrict_diff
@@ -226,7 +229,9 @@ def verify(task: ToolCallTask, ep: EpisodeState, *, scoped: bool = False) -> Ver
               expected=task.payment_method_id, actual=bad_pay,
               message="a write named a payment method the customer did not mean"),
     ]  # fmt: skip
-    return Verification(tuple(checks), required_capabilities=(CAPABILITY,))
+    # a decision is any write that reached the world; without one nothing can be credited
+    decided = bool(writes or tried)
+    return Verification(tuple(checks), required_capabilities=(CAPABILITY,), decided=decided)
 
 
 # -- oracle -----------------------------------------------------------------------------------
@@ -253,6 +258,16 @@ class ToolCallEnv(TraceEnv):
     capability = CAPABILITY
     version = 0
     default_max_turns = 8
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        KnobRate("relative_date", 0.0, 0.0, 0.0),
+        KnobRate("relative_date", 1.0, 0.24, 0.05),  # 90 % of dates; a quarter of requests
+        KnobRate("nested", 0.0, 0.0, 0.0),
+        KnobRate("nested", 1.0, 0.8, 0.05),
+    )
+    template_floor: ClassVar[int] = 200
+    information_free_exempt: ClassVar[dict[str, str]] = {
+        "grant_by_copying": "the task is copying the request into one exact call",
+    }
     tools = ToolSet(
         pick_tools(
             "get_customer",
@@ -302,6 +317,10 @@ class ToolCallEnv(TraceEnv):
 
     def verify(self, task: ToolCallTask, episode: EpisodeState) -> Verification:
         return verify(task, episode)
+
+    def requested_call(self, task: ToolCallTask) -> dict[str, Any]:
+        """The call the customer asks for, as they state it (the capability itself)."""
+        return {"name": task.tool, "arguments": dict(task.reference_arguments)}
 
     def oracle(self, task: ToolCallTask) -> list[Any]:
         return oracle(task, World(task.world["now"], task.world["tables"]))  # read only
