@@ -645,6 +645,17 @@ class ClarifyEnv(TraceEnv):
             "report_unable",
         )
     )
+    knob_rates: ClassVar[dict[tuple[str, float], float]] = {
+        ("wrong_value", 0.0): 0.0,
+        ("wrong_value", 0.5): 0.3,
+        ("wrong_value", 1.0): 0.6,
+        ("unsupported", 0.0): 0.04,
+        ("unsupported", 1.0): 0.04,
+        ("missing_item", 0.0): 0.04,
+        ("missing_item", 1.0): 0.04,
+    }
+    """(knob, difficulty) -> the share of tasks it fires on (``wrong_value``: of the doable
+    requests; the others: of all requests)."""
     template_floor: ClassVar[int] = 300
     """Distinct opening messages per 1,000 seeds once ids, names and numbers are masked."""
 
