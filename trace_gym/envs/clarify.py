@@ -33,7 +33,7 @@ else.
 | ``granted_write`` (doable) | 0.7 | the world changed exactly as the reference write changes it |
 | ``no_unfounded_write`` (doable, gate) | 0 | every successful write is the reference call and comes after all the asking |
 | ``no_wrongful_unable`` (doable, gate) | 0 | ``report_unable`` was not called |
-| ``no_needless_question`` (gate) | 0 | no question before the decision asks about a slot that was stated correctly or that the request does not have (on a task that cannot be done: about any slot) |
+| ``no_needless_question`` (gate) | 0 | no question before the decision asks about a slot that was stated correctly or that the request does not have (on a task that cannot be done: about any slot); in the composite only questions from the request's first own call on count |
 | ``checked_records`` (missing item) | 0.2 | the customer and each of their payment methods were read before deciding |
 | ``explicit_unable`` (cannot do) | 0.6 (0.7 unsupported) | ``report_unable`` was called |
 | ``unable_reason`` (cannot do, gate) | 0 | its last ``reason_code`` is the task's (a wrong reason is a wrong decision) |
@@ -385,9 +385,7 @@ def _request_text(
 
 def _answer(rng: StableRNG, slot: str, value: str, was_wrong: bool, world: World) -> str:
     sorry = (
-        rng.choice(("Sorry, I got that wrong earlier. ", "Oops, my mistake. "))
-        if was_wrong
-        else ""
+        rng.choice(("Sorry, I got that wrong earlier. ", "Oops, my mistake. ")) if was_wrong else ""
     )
     text = {
         "order": ("It's order {}.", "The order id is {}.", "Order {}."),
@@ -475,21 +473,26 @@ def verify(task: ClarifyTask, ep: EpisodeState, *, scoped: bool = False) -> Veri
     else:
         checks = _doable_checks(task, ep, calls)
     decided = _decision_turn(ep, calls) is not None
-    checks.append(_needless_check(task, ep, calls))
+    # inside the composite the other requests' questions are in the same conversation: only
+    # questions from this request's first own call on can be told apart as its own
+    since = min((c.turn for c in calls), default=ep.turn + 1) if scoped else 0
+    checks.append(_needless_check(task, ep, calls, since))
     return Verification(tuple(checks), required_capabilities=(CAPABILITY,), decided=decided)
 
 
-def _asked_by(ep: EpisodeState, turn: int) -> set[str]:
+def _asked_by(ep: EpisodeState, turn: int, since: int = 0) -> set[str]:
     out: set[str] = set()
     for t, text in ep.agent_texts:
-        if t < turn:
+        if since <= t < turn:
             out |= slots_asked(text)
     return out
 
 
-def _needless_check(task: ClarifyTask, ep: EpisodeState, calls: list[CallRecord]) -> Check:
+def _needless_check(
+    task: ClarifyTask, ep: EpisodeState, calls: list[CallRecord], since: int
+) -> Check:
     decided_at = _decision_turn(ep, calls)
-    asked = _asked_by(ep, ep.turn + 1 if decided_at is None else decided_at)
+    asked = _asked_by(ep, ep.turn + 1 if decided_at is None else decided_at, since)
     needless = sorted(asked - set(task.ask_slots))
     return Check(
         "no_needless_question", CAPABILITY, float(not needless), 0.0, gate=True,

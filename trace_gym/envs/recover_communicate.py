@@ -35,7 +35,7 @@ from several templates.
 | ``reports_result`` | 0.3 | the first message after the request succeeded (the customer leaves on it) names its values (upgrade: the fee and the delivery date; booking: the date and the window), no other amount than the fee or the order total and no other date than that or today, in at most 600 characters |
 | ``no_unnecessary_changes`` (gate) | 0 | every change agrees with the reference end state (no other card, speed or record touched) |
 | ``identity_from_customer`` (gate) | 0 | ``verify_identity`` ran only once the customer had given the date of birth (in the opening or asked for it), never with one copied from the records |
-| ``no_needless_question`` (gate) | 0 | no question asks the customer for a detail they already gave (the order, the speed, the date or window, the date of birth, the card) |
+| ``no_needless_question`` (gate) | 0 | no question asks the customer for a detail they already gave (the order, the speed, the date or window, the date of birth, the card); in the composite only questions from the request's first own call on count |
 
 An episode in which the request never went through scores 0 (every task can be recovered),
 so reading and stalling, or fixing some faults and giving up, earns nothing. Doing nothing scores 0 on every task.
@@ -47,7 +47,7 @@ or after four replies without progress); truncated at ``max_turns``.
 ## Difficulty
 | knob | d = 0 | d = 1 |
 |---|---|---|
-| faults (a booking has at most 2) | 1 | 3 |
+| faults (a booking has at most 2) | 1 | 2 or 3 |
 | the hold needs identity verification first (longer chain) | never | 80 % |
 | generic error text (legacy orders) | never | 60 % |
 | other cards (closed or expired) | 0 | 2 |
@@ -177,7 +177,8 @@ class RecoverConfig:
     """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
 
     n_faults: int = 2
-    """Faults blocking the request (1-3; a delivery booking has at most 2)."""
+    """Most faults blocking the request (1-3; each task has this many or one fewer, at least
+    one; a delivery booking has at most 2)."""
     nested_probability: float = 0.4
     """Chance that a hold (without an account lock) also needs identity verification."""
     vague_error_probability: float = 0.3
@@ -275,7 +276,10 @@ def generate_into(world: World, rng: StableRNG, cfg: RecoverConfig) -> RecoverTa
         window = rng.choice(DELIVERY_WINDOWS)
         request = _call("schedule_delivery", order_id=oid, date=date, window=window)
         slots = FAULTS[:2]
-    chosen = set(rng.sample(slots, min(cfg.n_faults, len(slots))))
+    # n_faults - 1 or n_faults: always all three would leave no hold without a lock, and the
+    # nested-prerequisite knob could never fire at the top difficulty
+    n_faults = rng.integer(max(1, cfg.n_faults - 1), cfg.n_faults)
+    chosen = set(rng.sample(slots, min(n_faults, len(slots))))
     payment = rng.choice(PAYMENT_FAULTS) if "payment" in chosen else None
     faults = [payment if f == "payment" else f for f in FAULTS if f in chosen]
     vague = rng.bernoulli(cfg.vague_error_probability)
@@ -556,9 +560,11 @@ def verify(task: RecoverTask, ep: EpisodeState, *, scoped: bool = False) -> Veri
     bad = _agrees(actual, expected)
     given = _dob_turn(task, ep)
     early = [c.turn for c in calls if c.ok and c.name == "verify_identity" and c.turn <= given]
-    needless = sorted(
-        {d for t, text in ep.agent_texts for d in details_asked(text)} & set(task.stated)
-    )
+    # inside the composite the other requests' questions are in the same conversation: only
+    # questions from this request's first own call on can be told apart as its own
+    since = min((c.turn for c in calls), default=ep.turn + 1) if scoped else 0
+    asked = {d for t, text in ep.agent_texts if t >= since for d in details_asked(text)}
+    needless = sorted(asked & set(task.stated))
     # every task can be recovered: the decision is the request going through, and partial
     # fixes without it earn nothing (else fixing what an id lookup reaches would pay)
     decided = any(c.ok and c.name == task.request_call["name"] for c in calls)
