@@ -56,7 +56,8 @@ replies without progress); truncated at ``max_turns``.
 | other active cards (card requests) | 2 | 3 |
 | cannot be done: no tool does it / customer lacks the item | 4 % / 4 % | 4 % / 4 % |
 
-The rates are declared in ``ClarifyEnv.knob_rates`` and hold over 1,000 seeds.
+The rates are declared in ``ClarifyEnv.knob_rates`` (as shares of all tasks) and hold over
+1,000 seeds.
 
 ## Version history
 * v0 (revised before release): card requests, several phrasings per request, the
@@ -79,6 +80,7 @@ from trace_gym.core.tools import ToolSet
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_payment_method
 from trace_gym.world.model import World, day_offset, world_diff
 from trace_gym.world.support_records import (
@@ -599,9 +601,9 @@ def oracle(task: ClarifyTask, world: World) -> list[Any]:
         return turns
     questions = " and ".join(QUESTIONS[s] for s in task.ask_slots)
     ref = task.reference_call
-    reads = _payment_reads(task) if ref["name"] == "set_order_payment_method" else []
+    # a card's id is in the records (get_customer, get_payment_method); the oracle knows it,
+    # and the verifier grades the write itself, so every oracle call stays necessary
     return [
-        *reads,
         f"I can help with that. Could you tell me {questions}?",
         _call(ref["name"], **ref["arguments"]),
         "All done: your request has been completed.",
@@ -648,19 +650,19 @@ class ClarifyEnv(TraceEnv):
             "report_unable",
         )
     )
-    knob_rates: ClassVar[dict[tuple[str, float], float]] = {
-        ("wrong_value", 0.0): 0.0,
-        ("wrong_value", 0.5): 0.3,
-        ("wrong_value", 1.0): 0.6,
-        ("unsupported", 0.0): 0.04,
-        ("unsupported", 1.0): 0.04,
-        ("missing_item", 0.0): 0.04,
-        ("missing_item", 1.0): 0.04,
-    }
-    """(knob, difficulty) -> the share of tasks it fires on (``wrong_value``: of the doable
-    requests; the others: of all requests)."""
-    template_floor: ClassVar[int] = 300
-    """Distinct opening messages per 1,000 seeds once ids, names and numbers are masked."""
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        # a wrong value in 60 % * d of the doable requests (92 % of all)
+        KnobRate("n_wrong", 0.0, 0.0, 0.0),
+        KnobRate("n_wrong", 0.5, 0.276, 0.04),
+        KnobRate("n_wrong", 1.0, 0.552, 0.04),
+        KnobRate("kind", 0.0, 0.04, 0.02, equals="unsupported"),
+        KnobRate("kind", 1.0, 0.04, 0.02, equals="unsupported"),
+        KnobRate("kind", 0.0, 0.04, 0.02, equals="missing_item"),
+        KnobRate("kind", 1.0, 0.04, 0.02, equals="missing_item"),
+    )
+    template_floor: ClassVar[int] = 500
+    """Distinct masked task templates per 1,000 seeds (about 700 measured at each difficulty;
+    the first draft had 28-47)."""
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> ClarifyTask:
         return generate_task(rng, ClarifyConfig.from_difficulty(difficulty, config))

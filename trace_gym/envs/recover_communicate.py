@@ -79,6 +79,7 @@ from trace_gym.core.tools import ToolSet
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_payment_method
 from trace_gym.world.model import World, cents, day_offset, money, world_diff
 from trace_gym.world.support_records import (
@@ -445,9 +446,12 @@ def cause_records(task: RecoverTask, fault: str) -> list[tuple[str, str]]:
 
 
 def fix_records(task: RecoverTask, fault: str) -> list[tuple[str, str]]:
-    """Records that the fix needs in any case (the customer's cards, to find the backup)."""
+    """Records that the fix needs in any case: the customer's cards, to find the backup; the
+    customer, to know whether releasing a hold needs identity verification first."""
     if fault in PAYMENT_FAULTS:
         return [("customers", task.customer_id), ("payment_methods", task.backup_card)]
+    if fault == "order_on_hold":
+        return [("customers", task.customer_id)]
     return []
 
 
@@ -599,7 +603,7 @@ _READ = {"customers": ("get_customer", "customer_id"), "orders": ("get_order", "
 def oracle(task: RecoverTask, world: World) -> list[Any]:
     """Read the customer and what shows each cause, ask for the date of birth if it is
     needed and not given, apply the fixes in order, make the request, report the values."""
-    needed: list[tuple[str, str]] = [("customers", task.customer_id)]
+    needed: list[tuple[str, str]] = [("customers", task.customer_id)]  # every fault needs it
     for fault in task.faults:
         records = cause_records(task, fault) + fix_records(task, fault)
         needed += [r for r in records if r not in needed]
@@ -679,23 +683,27 @@ class RecoverCommunicateEnv(TraceEnv):
             "schedule_delivery",
         )
     )
-    knob_rates: ClassVar[dict[tuple[str, float], float]] = {
-        ("nested", 0.0): 0.0,
-        ("nested", 1.0): 0.8,
-        ("vague_errors", 0.0): 0.0,
-        ("vague_errors", 0.5): 0.3,
-        ("vague_errors", 1.0): 0.6,
-        ("decoy_backup", 0.0): 0.0,
-        ("decoy_backup", 1.0): 0.8,
-        ("no_dob", 0.0): 0.0,
-        ("no_dob", 1.0): 0.5,
-        ("booking", 0.0): 0.35,
-        ("booking", 1.0): 0.35,
-    }
-    """(knob, difficulty) -> the share of tasks it fires on (``nested``: of the tasks with a
-    hold and no lock; ``decoy_backup``: of the tasks without a payment fault)."""
-    template_floor: ClassVar[int] = 200
-    """Distinct opening messages per 1,000 seeds once ids, names and numbers are masked."""
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        KnobRate("vague_errors", 0.0, 0.0, 0.0),
+        KnobRate("vague_errors", 0.5, 0.3),
+        KnobRate("vague_errors", 1.0, 0.6),
+        KnobRate("dob_not_given", 0.0, 0.0, 0.0),
+        KnobRate("dob_not_given", 1.0, 0.5),
+        KnobRate("kind", 0.0, 0.35, equals="booking"),
+        KnobRate("kind", 1.0, 0.35, equals="booking"),
+        # at d = 1 an upgrade (65 %) has 2 or 3 faults, a booking 2: no payment fault in
+        # 0.65 * 1/6 + 0.35 = 45.8 % of tasks, a decoy in 80 % of those
+        KnobRate("decoy_backup", 0.0, 0.0, 0.0),
+        KnobRate("decoy_backup", 1.0, 0.367),
+        # a hold without a lock in 0.65 * 1/2 * 1/3 of tasks, nested in 80 % of those
+        KnobRate("nested_prerequisite", 0.0, 0.0, 0.0),
+        KnobRate("nested_prerequisite", 1.0, 0.087, 0.03),
+    )
+    """Documented rates as shares of all tasks (the docstring's table gives each knob's
+    chance where it can apply)."""
+    template_floor: ClassVar[int] = 400
+    """Distinct masked task templates per 1,000 seeds (570-840 measured by difficulty; the
+    first draft had 6-8)."""
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> RecoverTask:
         return generate_task(rng, RecoverConfig.from_difficulty(difficulty, config))
@@ -748,5 +756,5 @@ class RecoverCommunicateEnv(TraceEnv):
             "vague_errors": task.vague_errors,
             "n_cards": len(cards),
             "decoy_backup": bool(task.backup_card) and not task.faulty_card,
-            "dob_in_opening": task.dob_in_opening,
+            "dob_not_given": not task.dob_in_opening,
         }
