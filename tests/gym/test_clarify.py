@@ -7,26 +7,33 @@ import re
 import pytest
 
 import trace_gym
+from trace_gym import soundness
 from trace_gym.agents.baselines import PlanAgent
-from trace_gym.envs.clarify import ClarifyConfig, ClarifyEnv, slots_asked
+from trace_gym.envs.clarify import (
+    ENV_ID,
+    SLOTS,
+    ClarifyConfig,
+    ClarifyEnv,
+    slots_asked,
+)
 from trace_gym.errors import ConfigError
 from trace_gym.world.model import World
 
 GOLDEN = {
     0.0: [
-        "aa53f1daeed096dc395847c1ab3f90cc1de8e5ab276ae2a9a3a7c138a3ade34b",
-        "09690ad05b81a01bd2fda6500e80b07bbe8657a9f78dc0f95e02838f6dacc290",
-        "9d789db51dd2806bf4fda9752a56e6d2985d25c496c19453d1ac5b374b9f33c2",
+        "8f0dc88ef71a77a2dea9c05ecccc0c3eb36a716b551bffbf7eb390b10e6b1829",
+        "e6cda270a0aea2449a64e35313348cac563f62421564d2ea447862aab4431ca8",
+        "5279e8532b588bbf50122cd88b0b126c39ecc1b3bf3e30d0ab3ead356f6b23b8",
     ],
     0.5: [
-        "9376de25a4ff417d3c68691ad87afd7c2e9fb73f6762625001af0ff82c6e0802",
-        "5f302ec632cc1b50a096fe8cad60ec5afbc0b4699b015290eb60b42d6d032807",
-        "8ac6d0881d7acb17bcf74e142046f3bfe6d451f775e26cc330bac6cb9e9499ca",
+        "a5e4c891ac9368b242e038c86de171f8f9c2ab496d732ce82f38204134d9f798",
+        "5b557dfc7be0b1964edd03dc2b37b0132fca3e4f3f9457aeb662f4506acb9814",
+        "336c563843ba1f9b190bc4a4123837db1625a34718879f9d6a6734753a3b32a8",
     ],
     1.0: [
-        "7b3c0592ff88c6ace2f55449f3fe7b566ba967e6aa5851c017944d75dd981a43",
-        "7e52c2ce90c1e7dea67fe086f13ed66b922aea98e0e01acd1cf1878165fad1f6",
-        "aad9f53233ce3caadefedb8612d4ee5242c2f83dd1b35d80099ebe02ec3f8ad8",
+        "8e0bf92e9b36696af2cde8cfc0e8d2364b8da89d7c0b5c6b75ff40dc35c9558c",
+        "4d606413e5dde8b6b1a741bd6b0369103f5ccdb4a6e50feea2e445e862bb0f1a",
+        "0e4b7dde4c52c7cad8f251784fb860c257586cd613cdc08695c880b07e1646c5",
     ],
 }
 SEEDS = range(40)
@@ -55,8 +62,9 @@ def find(env: ClarifyEnv, want, d: float = 0.5) -> int:
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"n_missing": 0}, {"n_missing": 4}, {"wrong_info_probability": 1.5}, {"unable_share": -0.1},
-     {"n_other_orders": 0}, {"no_such_field": 1}],
+    [{"n_missing": 0}, {"n_missing": 4}, {"wrong_info_probability": 1.5}, {"unsupported_share": -0.1},
+     {"unsupported_share": 0.6, "missing_item_share": 0.6}, {"n_other_orders": 0},
+     {"n_other_cards": 1}, {"no_such_field": 1}],
 )  # fmt: skip
 def test_bad_configs_are_rejected(overrides: dict) -> None:
     with pytest.raises(ConfigError):
@@ -79,25 +87,43 @@ def test_missing_values_are_only_obtainable_from_the_user(env: ClarifyEnv) -> No
         if task.reference_call is None:
             continue
         for slot in task.ask_slots:  # never in the opening, always in the answer
-            assert task.slots[slot].lower() not in task.opening.lower()
+            assert not re.search(rf"\b{re.escape(task.slots[slot])}\b", task.opening, re.I)
             assert task.slots[slot].lower() in task.answers[slot].lower()
         for slot, wrong in task.wrong.items():  # a lookup exposes a wrong stated value
             assert wrong in task.opening
             if slot == "order":
                 assert not world.has("orders", wrong)
-            else:
+            elif slot == "date":
                 assert wrong < world.now[:10]
+            else:
+                cards = [k for t, k in task.owned if t == "payment_methods"]
+                assert wrong not in {world.tables["payment_methods"][k].get("last4") for k in cards}
         open_orders = [
             k for t, k in task.owned
             if t == "orders" and world.tables["orders"][k]["status"] == "pending"
         ]  # fmt: skip
         if "order" in task.ask_slots:  # the order cannot be inferred from the records
             assert len(open_orders) >= 2
+        if len(SLOTS[task.kind]) > 1:  # one slot is always stated correctly
+            assert len(task.ask_slots) < len(SLOTS[task.kind])
+
+
+def test_card_requests_need_the_card_id_from_the_records(env: ClarifyEnv) -> None:
+    seed = find(env, lambda t: t.kind == "pay_with_card" and "card" in t.ask_slots)
+    task = task_of(env, seed)
+    pmid = task.reference_call["arguments"]["payment_method_id"]
+    assert pmid not in task.opening and pmid not in " ".join(task.answers.values())
+    active = [
+        k for t, k in task.owned
+        if t == "payment_methods" and task.world["tables"]["payment_methods"][k]["status"] == "active"
+    ]  # fmt: skip
+    assert len(active) >= 3  # "my other card" names none of them
+    assert play(env, env.oracle_actions(), seed)["is_success"]
 
 
 def test_missing_item_customers_really_lack_the_item(env: ClarifyEnv) -> None:
     n = 0
-    for seed in range(120):
+    for seed in range(400):
         task = task_of(env, seed, 0.5)
         if task.unable_code != "missing_item":
             continue
@@ -119,7 +145,7 @@ def test_invented_arguments_are_gated(env: ClarifyEnv) -> None:
     record = play(env, [ref, "Done."], seed)  # the right values, but never asked for
     assert not record["is_success"]
     assert record["verification"]["score"] == 0.0
-    assert not record["verification"]["checks"][2]["passed"]  # no_unfounded_write
+    assert not check(record, "no_unfounded_write")["passed"]
 
 
 def test_wrong_value_after_asking_is_gated(env: ClarifyEnv) -> None:
@@ -133,11 +159,46 @@ def test_wrong_value_after_asking_is_gated(env: ClarifyEnv) -> None:
     assert record["verification"]["score"] == 0.0
 
 
-def test_asking_without_acting_earns_only_the_asking_share(env: ClarifyEnv) -> None:
+def test_asking_without_acting_earns_nothing(env: ClarifyEnv) -> None:
+    """Process credit counts only once a decision is made."""
     seed = find(env, lambda t: t.reference_call is not None)
-    record = play(env, env.oracle_actions()[:1], seed)
+    plan = env.oracle_actions()
+    question = next(t for t in plan if isinstance(t, str) and "?" in t)
+    record = play(env, [question], seed)
     assert not record["is_success"]
-    assert record["verification"]["score"] == pytest.approx(0.3)
+    assert record["verification"]["score"] == 0.0 and not record["verification"]["decided"]
+    assert check(record, "asked_for_missing")["passed"]  # the asking itself was right
+
+
+def test_asking_about_a_correctly_stated_slot_is_gated(env: ClarifyEnv) -> None:
+    seed = find(env, lambda t: t.kind == "schedule_delivery" and "order" not in t.ask_slots)
+    plan = env.oracle_actions()
+    plan[0] = plan[0].replace("?", " and which order it is (the order id)?")
+    record = play(env, plan, seed)
+    assert record["verification"]["score"] == 0.0
+    assert check(record, "no_needless_question")["actual"] == ["order"]
+
+
+def test_a_fixed_question_template_never_wins(env: ClarifyEnv) -> None:
+    """One question naming every write argument, then acting on the answers: a slot stated
+    correctly (or absent from the request) is always among those asked."""
+    template = "Could you tell me the order_id, speed, date, window and payment_method_id?"
+    for d in (0.0, 1.0):
+        for seed in range(30):
+            task = task_of(env, seed, d)
+            plan = [t for t in env.oracle_actions() if not (isinstance(t, str) and "?" in t)]
+            record = play(env, [template, *plan], seed, d)
+            assert record["verification"]["score"] == 0.0, (seed, d, task.kind)
+
+
+def test_a_keyword_stuffed_message_gets_no_answer_and_no_credit(env: ClarifyEnv) -> None:
+    seed = find(env, lambda t: t.reference_call is not None)
+    stuffed = ("Which order, speed, date, time window, card? " * 3000)[:100_000]
+    assert slots_asked(stuffed) == set()
+    record = play(env, [stuffed, *env.oracle_actions()[-2:]], seed)
+    replies = [m["content"] for m in record["messages"] if m["role"] == "user"]
+    assert replies[1] == "Can you help me with my request?"
+    assert record["verification"]["score"] == 0.0
 
 
 def test_cannot_do_needs_the_right_code_and_no_write(env: ClarifyEnv) -> None:
@@ -146,7 +207,8 @@ def test_cannot_do_needs_the_right_code_and_no_write(env: ClarifyEnv) -> None:
     wrong = {"name": "report_unable", "arguments": {"customer_id": task.customer_id,
              "reason_code": "missing_item", "explanation": "x"}}  # fmt: skip
     record = play(env, [wrong, "Sorry, I cannot do that."], seed)
-    assert not record["is_success"] and 0 < record["verification"]["score"] < 1
+    assert not record["is_success"] and record["verification"]["score"] == 0.0
+    assert not check(record, "unable_reason")["passed"]
     write = {"name": "upgrade_shipping", "arguments": {"order_id": task.order_id,
              "speed": "express"}}  # fmt: skip
     record = play(env, [write, *env.oracle_actions()], seed)
@@ -154,7 +216,8 @@ def test_cannot_do_needs_the_right_code_and_no_write(env: ClarifyEnv) -> None:
 
 
 def test_user_answers_only_the_slots_asked_about(env: ClarifyEnv) -> None:
-    seed = find(env, lambda t: t.kind == "schedule_delivery" and len(t.ask_slots) == 3, 1.0)
+    seed = find(env, lambda t: t.kind == "schedule_delivery" and {"order", "window"} <= set(
+        t.ask_slots), 1.0)  # fmt: skip
     task = task_of(env, seed, 1.0)
     _, _, _, _, info = env.step("Which time window works for you?")
     reply = info["messages"][-1]["content"]
@@ -162,11 +225,49 @@ def test_user_answers_only_the_slots_asked_about(env: ClarifyEnv) -> None:
     _, _, _, _, info = env.step("Let me check the order date.")  # no question: no answer
     assert task.slots["order"] not in info["messages"][-1]["content"]
     assert slots_asked("Which order and which date?") == {"order", "date"}
+    assert slots_asked("Which date would suit your order?") == {"date"}
+
+
+def test_knob_rates_hold_over_1000_seeds() -> None:
+    """The documented rates are what the generator draws."""
+    rows = soundness.check_knob_rates(ENV_ID)
+    assert len(rows) == len(ClarifyEnv.knob_rates) >= 5
+
+
+def test_masked_templates_reach_the_declared_floor() -> None:
+    """Seeds are disjoint across splits; wording and structure must vary too, or a model
+    memorises the train split's templates."""
+    counts = soundness.check_template_diversity(ENV_ID)
+    assert min(counts.values()) >= ClarifyEnv.template_floor
+
+
+def test_information_free_policies_lose(env: ClarifyEnv) -> None:
+    """Declining with a fixed reason (with or without reads) or copying the request wins at
+    most 10 % and earns at most 0.15 on average, at every difficulty."""
+    for d in (0.0, 0.5, 1.0):
+        totals: dict[str, list[float]] = {}
+        for seed in range(60):
+            task = task_of(env, seed, d)
+            reads = [t for t in env.oracle_actions() if isinstance(t, dict)
+                     and all(c["name"].startswith("get_") for c in t.get("tool_calls", [t]))]  # fmt: skip
+            plans = {"copy": [*reads, env.requested_call(task) or "Done.", "Done."]}
+            for code in ("unsupported_request", "missing_item"):
+                refuse = {"name": "report_unable", "arguments": {
+                    "customer_id": task.customer_id, "reason_code": code, "explanation": "x"}}  # fmt: skip
+                plans[code] = [*reads, refuse, f"I can't do that under rule {code}."]
+                plans[f"{code}_no_reads"] = [refuse, f"I can't do that under rule {code}."]
+            for name, plan in plans.items():
+                record = play(env, plan, seed, d)
+                got = totals.setdefault(name, [0.0, 0.0])
+                got[0] += record["is_success"] / 60
+                got[1] += record["verification"]["score"] / 60
+        for name, (wins, mean) in totals.items():
+            assert wins <= 0.10 and mean <= 0.15, (d, name, wins, mean)
 
 
 def test_mean_reward_of_an_imperfect_agent_does_not_rise_with_difficulty(env: ClarifyEnv) -> None:
-    """An agent that asks only about slots absent from the request (it trusts stated values)
-    and about at most two of them."""
+    """An agent that asks only about slots absent from the request (it trusts stated
+    values)."""
     means = []
     for d in (0.0, 0.5, 1.0):
         total = 0.0
@@ -174,8 +275,15 @@ def test_mean_reward_of_an_imperfect_agent_does_not_rise_with_difficulty(env: Cl
             task = task_of(env, seed, d)
             plan = env.oracle_actions()
             if task.reference_call is not None:
-                asked = [s for s in task.ask_slots if s not in task.wrong][:2]
-                plan[0] = f"Could you tell me {' and '.join(asked)}?"
+                asked = [s for s in task.ask_slots if s not in task.wrong]
+                i = next(i for i, t in enumerate(plan) if isinstance(t, str) and "?" in t)
+                plan[i] = (
+                    f"Could you tell me which {' and which '.join(asked)}?" if asked else "Ok."
+                )
             total += play(env, plan, seed, d)["verification"]["score"]
         means.append(total / len(SEEDS))
     assert means[0] >= means[1] >= means[2] and means[0] > means[2]
+
+
+def check(record: dict, name: str) -> dict:
+    return next(c for c in record["verification"]["checks"] if c["name"] == name)

@@ -52,7 +52,13 @@ def near_miss_option(seg: Segment, rng: StableRNG) -> list[Any]:
     return sd.oracle(dataclasses.replace(task, answer=best[0]), seg.world)
 
 
-_SLOT_ARGUMENT = {"order": "order_id", "speed": "speed", "date": "date", "window": "window"}
+_SLOT_ARGUMENT = {
+    "order": "order_id",
+    "speed": "speed",
+    "date": "date",
+    "window": "window",
+    "card": "payment_method_id",
+}
 
 
 @register_lapse("information_gathering")
@@ -70,7 +76,7 @@ def guess_instead_of_asking(seg: Segment, rng: StableRNG) -> list[Any]:
         name = _SLOT_ARGUMENT.get(slot)
         if name not in arguments:
             continue
-        if slot in task.wrong:
+        if slot in task.wrong and slot != "card":  # a wrong card is digits, not an id
             arguments[name] = task.wrong[slot]
             continue
         options = {
@@ -78,6 +84,7 @@ def guess_instead_of_asking(seg: Segment, rng: StableRNG) -> list[Any]:
             "speed": list(SPEEDS),
             "window": list(DELIVERY_WINDOWS),
             "date": [day_offset(seg.world.now, k) for k in (1, 2, 3, 4)],
+            "card": [k for t, k in task.owned if t == "payment_methods"],
         }[slot]
         others = [v for v in options if v != arguments[name]]
         if others:
@@ -113,21 +120,18 @@ def give_in_to_pressure(seg: Segment, rng: StableRNG) -> list[Any]:
 def no_recovery(seg: Segment, rng: StableRNG) -> list[Any]:
     """Do not recover from the typed error, in one of three ways (drawn per task):
 
-    * ``retry``: call the upgrade, ignore the error, retry it unchanged, apologise until the
+    * ``retry``: make the request, ignore the error, retry it unchanged, apologise until the
       customer gives up;
     * ``first_fix``: read, make only the first fix, retry, and give up at the next error
       (harmless when one fix was all the task needed);
-    * ``no_result``: recover fully but tell the customer neither the fee nor the date.
+    * ``no_result``: recover fully but tell the customer none of the result's values.
     """
     from trace_gym.envs import recover_communicate as rc
 
     task, plan = seg.task, seg.actions
-    upgrade = {
-        "name": "upgrade_shipping",
-        "arguments": {"order_id": task.order_id, "speed": task.speed},
-    }
+    upgrade = dict(task.request_call)
     fixes = [c for i, c in enumerate(task.fix_calls) if c not in task.fix_calls[:i]]
-    sorry = f"I'm sorry, I couldn't upgrade order {task.order_id}: the system refused it."
+    sorry = f"I'm sorry, I couldn't change order {task.order_id}: the system refused it."
     # the customer leaves after this many messages without a successful upgrade
     give_up = [sorry] * rc.RecoverUser.patience
     way = rng.choice(("retry", "first_fix", "no_result"))
@@ -136,8 +140,8 @@ def no_recovery(seg: Segment, rng: StableRNG) -> list[Any]:
     if way == "first_fix":
         if len(fixes) <= 1:
             return plan
-        return [plan[0], fixes[0], upgrade, *give_up]
-    return [*plan[:-1], f"Your order {task.order_id} has been upgraded to {task.speed} shipping."]
+        return [*plan[: plan.index(fixes[0]) + 1], upgrade, *give_up]
+    return [*plan[:-1], f"Your request for order {task.order_id} has been taken care of."]
 
 
 from trace_gym.agents import deficit_lapses_commerce  # noqa: E402,F401  (registers the rest)

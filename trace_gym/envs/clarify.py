@@ -2,23 +2,29 @@
 
 ## Capability
 *Information gathering*: a request that lacks required details is completed only with values
-the customer gave when asked; a request that no tool can do, or that needs something the
-customer does not have, is declined explicitly with a reason code and nothing changes.
+the customer gave when asked, asking about exactly the details that are missing or do not
+check out (never about what the customer already said correctly, nor about details the
+request does not have); a request that no tool can do, or that needs something the customer
+does not have, is declined explicitly with the right reason code and nothing changes.
 
 ## Task (seed 0, train split, difficulty 0.5)
 A customer asks to upgrade an order's shipping (slots: order, speed), to book a delivery
-(order, date, time window) or to switch an order's payment to their gift card (order). 1 to 3
-slots are left out of the request (the customer has several open orders, so the order is
-never guessable); at higher difficulty one stated value is wrong (an order id that does not
-exist, a date in the past) and is corrected only when asked. A quarter of the requests
-cannot be done: no tool does them (rename the account, split an order, gift wrap, price
-match), or the customer lacks the gift card or card brand they want to pay with.
+(order, date, time window), to switch an order's payment to their gift card (order) or to
+another of their cards (order, card by its last four digits; the write needs the card's id,
+found only in the records). Some slots are left out of the request (the customer has several
+open orders and several cards, so nothing is guessable); one stated value may be wrong (an
+order id that does not exist, a date in the past, last digits of no card of theirs) and is
+corrected only when asked. In a multi-slot request at least one slot is stated correctly, so
+asking about every slot is never right. A minority of requests cannot be done: no tool does
+them (rename the account, split an order, gift wrap, ...), or the customer lacks the gift
+card or card brand they want to pay with. Every request is phrased from several templates.
 
 ## Tools
 ``get_customer``, ``get_order``, ``get_payment_method`` (read); ``upgrade_shipping``,
 ``schedule_delivery``, ``set_order_payment_method`` (write); ``report_unable`` (control).
-The agent asks by plain text; the scripted user answers each slot it is asked about (slot
-keywords plus a question mark) and nothing else.
+The agent asks by plain text; the scripted user answers each slot a question (a sentence
+ending in a question mark, in a message of at most 1,000 characters) is about, and nothing
+else.
 
 ## Reward (checks; all hard)
 | check | weight | passes when |
@@ -27,13 +33,15 @@ keywords plus a question mark) and nothing else.
 | ``granted_write`` (doable) | 0.7 | the world changed exactly as the reference write changes it |
 | ``no_unfounded_write`` (doable, gate) | 0 | every successful write is the reference call and comes after all the asking |
 | ``no_wrongful_unable`` (doable, gate) | 0 | ``report_unable`` was not called |
+| ``no_needless_question`` (gate) | 0 | no question before the decision asks about a slot that was stated correctly or that the request does not have (on a task that cannot be done: about any slot); in the composite only questions from the request's first own call on count |
 | ``checked_records`` (missing item) | 0.2 | the customer and each of their payment methods were read before deciding |
-| ``explicit_unable`` (cannot do) | 0.3 (0.4 unsupported) | ``report_unable`` was called |
-| ``unable_reason`` (cannot do) | 0.3 | its last ``reason_code`` is the task's |
+| ``explicit_unable`` (cannot do) | 0.6 (0.7 unsupported) | ``report_unable`` was called |
+| ``unable_reason`` (cannot do, gate) | 0 | its last ``reason_code`` is the task's (a wrong reason is a wrong decision) |
 | ``tells_user`` (cannot do) | 0.2 (0.3 unsupported) | after it, a message of at most 600 characters tells the customer it cannot be done |
 | ``no_write`` (cannot do, gate) | 0 | nothing was written |
 
-Doing nothing scores 0 on every task.
+An episode with no decision (no successful write and no ``report_unable``) scores 0, so
+asking and stopping earns nothing. Doing nothing scores 0 on every task.
 
 ## Episode end
 Terminated when the customer leaves (after the request is done or declined, or after three
@@ -42,12 +50,20 @@ replies without progress); truncated at ``max_turns``.
 ## Difficulty
 | knob | d = 0 | d = 1 |
 |---|---|---|
-| missing slots (capped by the request's slots) | 1 | 3 |
-| a stated value is wrong | never | 60 % |
+| missing slots (capped so a multi-slot request keeps one correct slot) | 1 | 2 |
+| a stated value is wrong (share of doable requests) | never | 60 % |
 | other open orders of the customer | 1 | 4 |
+| other active cards (card requests) | 2 | 3 |
+| cannot be done: no tool does it / customer lacks the item | 4 % / 4 % | 4 % / 4 % |
+
+The rates are declared in ``ClarifyEnv.knob_rates`` (as shares of all tasks) and hold over
+1,000 seeds.
 
 ## Version history
-* v0: initial version.
+* v0 (revised before release): card requests, several phrasings per request, the
+  needless-question gate, ``decided`` (no credit without a decision), questions in long
+  messages ignored, cannot-do requests an 8 % minority whose reason code is a gate, the wrong-value knob made true at
+  every difficulty. Seeds mean different tasks than in the first v0 draft.
 """
 
 from __future__ import annotations
@@ -55,7 +71,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
@@ -64,6 +80,7 @@ from trace_gym.core.tools import ToolSet
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_payment_method
 from trace_gym.world.model import World, day_offset, world_diff
 from trace_gym.world.support_records import (
@@ -77,20 +94,29 @@ from trace_gym.world.tools_support import DELIVERY_WINDOWS, SCHEDULE_HORIZON_DAY
 
 CAPABILITY = "information_gathering"
 ENV_ID = "trace/clarify-v0"
-DOABLE = ("upgrade_shipping", "schedule_delivery", "pay_with_gift_card")
+DOABLE = ("upgrade_shipping", "schedule_delivery", "pay_with_gift_card", "pay_with_card")
 UNABLE = ("unsupported", "missing_item")
 SLOTS: dict[str, tuple[str, ...]] = {
     "upgrade_shipping": ("order", "speed"),
     "schedule_delivery": ("order", "date", "window"),
     "pay_with_gift_card": ("order",),
+    "pay_with_card": ("order", "card"),
 }
-SLOT_WORDS: dict[str, frozenset[str]] = {
-    "order": frozenset({"order", "orders"}),
-    "speed": frozenset({"speed", "express", "overnight", "fast", "faster", "quickly"}),
-    "date": frozenset({"date", "day", "when"}),
-    "window": frozenset({"window", "time", "morning", "afternoon", "evening"}),
+WRONGABLE = ("order", "date", "card")
+"""Slots whose wrongly stated value a lookup exposes (an unknown id, a past date, no card)."""
+SLOT_PATTERNS: dict[str, re.Pattern[str]] = {
+    "order": re.compile(
+        r"\b(order[ _-]?(id|ids|number|numbers|no)\b|(which|what) (one )?(of your )?orders?\b)"
+    ),
+    "speed": re.compile(r"\b(speed|express|overnight|how fast|shipping (option|method|level))"),
+    "date": re.compile(r"\b(date|dates|which day|what day|when)\b"),
+    "window": re.compile(r"\b(window|time of day|what time|which time|morning|afternoon|evening)"),
+    "card": re.compile(r"\b(card|cards|last (four|4)|ending in|payment[ _]method)"),
 }
-"""Words by which an agent's question is about a slot (a question needs a '?')."""
+"""Phrases by which a question is about a slot."""
+_QUESTION = re.compile(r"[^.!?\n]*\?")
+MAX_QUESTION_CHARS = 1000
+"""Longer messages ask nothing: keyword-stuffing every slot into one text earns no answer."""
 CANNOT_WORDS = ("cannot", "can't", "can not", "unable", "not able", "not possible")
 MAX_FINAL_CHARS = 600
 UNSUPPORTED = (
@@ -98,9 +124,58 @@ UNSUPPORTED = (
     "split order {oid} into two separate shipments",
     "add gift wrapping to order {oid}",
     "price-match order {oid} against a competitor's sale",
+    "merge order {oid} with my other open orders",
+    "add a personal note to the package of order {oid}",
+    "change the delivery address of order {oid} to my office",
+    "apply a student discount to order {oid}",
+    "swap an item in order {oid} for a different colour",
+    "close my account once order {oid} arrives",
 )
 CARD_BRANDS = ("visa", "mastercard", "amex")
-_WORD = re.compile(r"[a-z]+")
+
+GREETINGS = (
+    "Hi, I'm {name} (customer id {cid}).",
+    "Hello, this is {name}, customer {cid}.",
+    "Good morning! {name} here, my customer number is {cid}.",
+    "Hey there. My name is {name} and my customer id is {cid}.",
+    "Hi! Customer {cid}, {name}.",
+)
+REQUEST_TEXTS: dict[str, tuple[str, ...]] = {
+    "upgrade_shipping": (
+        "I'd like faster shipping on {order}.{speed}",
+        "Could you speed up the delivery of {order}?{speed}",
+        "I need {order} to arrive sooner, can you upgrade the shipping?{speed}",
+        "Please upgrade the shipping on {order}.{speed}",
+    ),
+    "schedule_delivery": (
+        "I'd like to book a delivery{date}{window} for {order}.",
+        "Can you schedule the delivery of {order}{date}{window}?",
+        "I want to pick a delivery slot{date}{window} for {order}.",
+        "Please arrange for {order} to be delivered{date}{window}.",
+    ),
+    "pay_with_gift_card": (
+        "Please switch the payment of {order} to my gift card.",
+        "I'd rather pay for {order} with my gift card.",
+        "Can you charge {order} to my gift card instead?",
+    ),
+    "pay_with_card": (
+        "Please switch the payment of {order} to {card}.",
+        "I'd like {order} charged to {card} instead.",
+        "Can you move the payment for {order} over to {card}?",
+    ),
+}
+ORDER_UNKNOWN = ("one of my orders", "my order", "an order I placed", "my recent order")
+CARD_UNKNOWN = ("another one of my cards", "a different card", "my other card")
+SPEED_TEXTS = (" Please make it {v}.", " {V} shipping, please.", " I'd like {v}.")
+MISSING_ITEM_TEXTS = (
+    "Please switch the payment of my order {oid} to my gift card.",
+    "Can you pay for order {oid} with my gift card instead?",
+)
+MISSING_BRAND_TEXTS = (
+    "Please charge my order {oid} to my {brand} card instead.",
+    "Could you move the payment of order {oid} to my {brand} card?",
+)
+UNSUPPORTED_TEXTS = ("Could you {ask}?", "I'd like you to {ask}.", "Please {ask}.")
 
 
 # -- config -----------------------------------------------------------------------------------
@@ -109,30 +184,39 @@ class ClarifyConfig:
     """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
 
     n_missing: int = 2
-    """Slots left out of the request (capped by the request's number of slots)."""
+    """Slots left out of the request (capped so a multi-slot request keeps a correct slot)."""
     wrong_info_probability: float = 0.3
-    """Chance that one stated slot (an order id or a date) is wrong."""
+    """Chance that one stated slot (an order id, a date or a card) of a doable request is wrong."""
     n_other_orders: int = 2
     """Open orders of the customer besides the one the request is about (at least 1)."""
-    unable_share: float = 0.25
-    """Share of requests that cannot be done."""
+    n_other_cards: int = 2
+    """Active cards besides the order's own in a card request (at least 2)."""
+    unsupported_share: float = 0.04
+    """Share of requests that no tool does."""
+    missing_item_share: float = 0.04
+    """Share of requests that need a gift card or card brand the customer lacks."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.n_missing <= 3:
             raise ConfigError(f"n_missing must be in 1..3, got {self.n_missing}")
-        for name in ("wrong_info_probability", "unable_share"):
+        for name in ("wrong_info_probability", "unsupported_share", "missing_item_share"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {value}")
+        if self.unsupported_share + self.missing_item_share > 1.0:
+            raise ConfigError("unsupported_share + missing_item_share must be at most 1")
         if not 1 <= self.n_other_orders <= 10:
             raise ConfigError(f"n_other_orders must be in 1..10, got {self.n_other_orders}")
+        if not 2 <= self.n_other_cards <= 5:
+            raise ConfigError(f"n_other_cards must be in 2..5, got {self.n_other_cards}")
 
     @classmethod
     def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> ClarifyConfig:
         base = cls(
-            n_missing=1 + round(2 * d),
+            n_missing=1 + round(d),
             wrong_info_probability=0.6 * d,
             n_other_orders=1 + round(3 * d),
+            n_other_cards=2 + round(d),
         )
         return apply_overrides(base, overrides, "clarify")
 
@@ -169,63 +253,95 @@ def generate_task(rng: StableRNG, cfg: ClarifyConfig) -> ClarifyTask:
 def generate_into(world: World, rng: StableRNG, cfg: ClarifyConfig) -> ClarifyTask:
     """Add one clarification request (its customer and records) to ``world``."""
     customer = support_customer(rng, world)
+    support_order(rng, world, customer, status="delivered")  # order history comes first
     orders = [support_order(rng, world, customer) for _ in range(1 + cfg.n_other_orders)]
-    support_order(rng, world, customer, status="delivered")
     order = rng.choice(orders)
     cid, oid = customer["customer_id"], order["order_id"]
-    who = f"Hi, I'm {customer['name']} (customer id {cid})."
-    if rng.bernoulli(cfg.unable_share):
-        kind = rng.choice(UNABLE)
+    who = rng.choice(GREETINGS).format(name=customer["name"], cid=cid)
+    draw = rng.random()
+    if draw < cfg.unsupported_share + cfg.missing_item_share:
+        kind = "unsupported" if draw < cfg.unsupported_share else "missing_item"
         code, ask = _plant_unable(world, rng, customer, kind, oid)
         return ClarifyTask(
             kind, cid, oid, {}, [], {}, {}, None, code, f"{who} {ask}",
             customer_records(world, cid), {},
         )  # fmt: skip
     kind = rng.choice(DOABLE)
-    slots = _slot_values(world, rng, kind, oid)
-    if kind == "pay_with_gift_card":
-        gift = new_payment_method(rng, world, customer, "gift_card")
-        call = {"order_id": oid, "payment_method_id": gift["payment_method_id"]}
-        reference = {"name": "set_order_payment_method", "arguments": call}
-    else:
-        reference = _reference_call(kind, slots)
+    slots = _slot_values(world, rng, kind, customer, order)
     names = SLOTS[kind]
-    missing = rng.sample(names, min(cfg.n_missing, len(names)))
-    stated = [s for s in names if s not in missing and s in ("order", "date")]
     wrong: dict[str, str] = {}
-    if stated and rng.bernoulli(cfg.wrong_info_probability):
-        slot = rng.choice(stated)
-        wrong[slot] = _wrong_value(world, rng, slot, slots[slot])
+    if rng.bernoulli(cfg.wrong_info_probability):
+        slot = rng.choice([s for s in names if s in WRONGABLE])
+        wrong[slot] = _wrong_value(world, rng, slot, slots[slot], customer)
+    free = [s for s in names if s not in wrong]
+    # a multi-slot request keeps one slot stated correctly, so asking about every slot is
+    # never right; without a wrong value at least one slot is missing (room >= 1 then)
+    room = len(free) - 1 if len(names) > 1 else len(free)
+    missing = rng.sample(free, min(cfg.n_missing, room))
     ask = [s for s in names if s in missing or s in wrong]
-    answers = {s: _answer(s, slots[s], s in wrong) for s in names}
-    opening = f"{who} {_request_text(kind, {**slots, **wrong}, missing)}"
+    answers = {s: _answer(rng, s, slots[s], s in wrong, world) for s in names}
+    request = _request_text(rng, kind, {**slots, **wrong}, missing, world, customer)
     return ClarifyTask(
-        kind, cid, oid, slots, ask, wrong, answers, reference, None, opening,
-        customer_records(world, cid), {},
+        kind, cid, oid, slots, ask, wrong, answers, _reference_call(kind, slots, world), None,
+        f"{who} {request}", customer_records(world, cid), {},
     )  # fmt: skip
 
 
-def _slot_values(world: World, rng: StableRNG, kind: str, oid: str) -> dict[str, str]:
-    values = {"order": oid}
+def _slot_values(
+    world: World, rng: StableRNG, kind: str, customer: dict[str, Any], order: dict[str, Any]
+) -> dict[str, str]:
+    values = {"order": order["order_id"]}
     if kind == "upgrade_shipping":
         values["speed"] = rng.choice(tuple(SPEEDS))
     elif kind == "schedule_delivery":
         values["date"] = day_offset(world.now, rng.integer(2, SCHEDULE_HORIZON_DAYS))
         values["window"] = rng.choice(DELIVERY_WINDOWS)
+    elif kind == "pay_with_gift_card":
+        new_payment_method(rng, world, customer, "gift_card")
+    else:  # several other active cards, so "my other card" never names one
+        cards = [extra_card(rng, world, customer) for _ in range(2 + rng.below(2))]
+        values["card"] = rng.choice(cards)["last4"]
     return values
 
 
-def _reference_call(kind: str, slots: dict[str, str]) -> dict[str, Any]:
+def _card_id(world: World, customer_id: str, last4: str) -> str:
+    pms = world.tables["payment_methods"]
+    ids = world.tables["customers"][customer_id]["payment_method_ids"]
+    return next(k for k in ids if pms[k].get("last4") == last4)
+
+
+def _reference_call(kind: str, slots: dict[str, str], world: World) -> dict[str, Any]:
+    oid = slots["order"]
     if kind == "upgrade_shipping":
-        return {"name": kind, "arguments": {"order_id": slots["order"], "speed": slots["speed"]}}
-    arguments = {"order_id": slots["order"], "date": slots["date"], "window": slots["window"]}
-    return {"name": kind, "arguments": arguments}
+        return {"name": kind, "arguments": {"order_id": oid, "speed": slots["speed"]}}
+    if kind == "schedule_delivery":
+        arguments = {"order_id": oid, "date": slots["date"], "window": slots["window"]}
+        return {"name": kind, "arguments": arguments}
+    cid = world.tables["orders"][oid]["customer_id"]
+    if kind == "pay_with_gift_card":
+        pms = world.tables["payment_methods"]
+        ids = world.tables["customers"][cid]["payment_method_ids"]
+        pmid = next(k for k in ids if pms[k]["kind"] == "gift_card")
+    else:
+        pmid = _card_id(world, cid, slots["card"])
+    arguments = {"order_id": oid, "payment_method_id": pmid}
+    return {"name": "set_order_payment_method", "arguments": arguments}
 
 
-def _wrong_value(world: World, rng: StableRNG, slot: str, value: str) -> str:
-    """A stated value a lookup exposes: an order id that does not exist, a past date."""
+def _wrong_value(
+    world: World, rng: StableRNG, slot: str, value: str, customer: dict[str, Any]
+) -> str:
+    """A stated value a lookup exposes: an order id that does not exist, a past date, last
+    digits of no card of the customer's."""
     if slot == "date":
         return day_offset(world.now, -rng.integer(1, 5))
+    if slot == "card":
+        pms = world.tables["payment_methods"]
+        owned = {pms[k].get("last4") for k in customer["payment_method_ids"]}
+        while True:
+            wrong = rng.token("0123456789", 4)
+            if wrong not in owned:
+                return wrong
     while True:
         digits = list(value[2:])
         i = rng.integer(0, len(digits) - 2)
@@ -235,27 +351,53 @@ def _wrong_value(world: World, rng: StableRNG, slot: str, value: str) -> str:
             return wrong
 
 
-def _request_text(kind: str, values: dict[str, str], missing: list[str]) -> str:
-    order = "one of my orders" if "order" in missing else f"my order {values['order']}"
-    if kind == "upgrade_shipping":
-        speed = "" if "speed" in missing else f" Please make it {values['speed']}."
-        return f"I'd like faster shipping on {order}.{speed}"
-    if kind == "schedule_delivery":
-        date = "" if "date" in missing else f" on {values['date']}"
-        window = "" if "window" in missing else f" in the {values['window']}"
-        return f"I'd like to book a delivery{date}{window} for {order}."
-    return f"Please switch the payment of {order} to my gift card."
+def _request_text(
+    rng: StableRNG,
+    kind: str,
+    values: dict[str, str],
+    missing: list[str],
+    world: World,
+    customer: dict[str, Any],
+) -> str:
+    parts = {
+        "order": rng.choice(ORDER_UNKNOWN)
+        if "order" in missing
+        else rng.choice((f"my order {values['order']}", f"order {values['order']}")),
+        "speed": "",
+        "date": "",
+        "window": "",
+        "card": "",
+    }
+    if "speed" in values and "speed" not in missing:
+        parts["speed"] = rng.choice(SPEED_TEXTS).format(
+            v=values["speed"], V=values["speed"].capitalize()
+        )
+    if "date" in values and "date" not in missing:
+        parts["date"] = rng.choice((" on {}", " for {}")).format(values["date"])
+    if "window" in values and "window" not in missing:
+        parts["window"] = rng.choice((" in the {}", ", {} if possible,")).format(values["window"])
+    if "card" in values:
+        parts["card"] = (
+            rng.choice(CARD_UNKNOWN)
+            if "card" in missing
+            else rng.choice(("my card ending in {}", "the card ending {}")).format(values["card"])
+        )
+    return rng.choice(REQUEST_TEXTS[kind]).format(**parts).replace(",.", ".").replace(",?", "?")
 
 
-def _answer(slot: str, value: str, was_wrong: bool) -> str:
-    sorry = "Sorry, I got that wrong earlier. " if was_wrong else ""
+def _answer(rng: StableRNG, slot: str, value: str, was_wrong: bool, world: World) -> str:
+    sorry = (
+        rng.choice(("Sorry, I got that wrong earlier. ", "Oops, my mistake. ")) if was_wrong else ""
+    )
     text = {
-        "order": f"It's order {value}.",
-        "speed": f"{value.capitalize()} shipping, please.",
-        "date": f"The date is {value}.",
-        "window": f"The {value} works best.",
+        "order": ("It's order {}.", "The order id is {}.", "Order {}."),
+        "speed": ("{} shipping, please.", "I'd like {}.", "Make it {}."),
+        "date": ("The date is {}.", "{} would be great.", "Please deliver on {}."),
+        "window": ("The {} works best.", "{}, please.", "In the {}."),
+        "card": ("The card ending in {}.", "It's the one ending {}.", "Card ending {}."),
     }[slot]
-    return sorry + text
+    answer = rng.choice(text).format(value)
+    return sorry + answer[0].upper() + answer[1:]
 
 
 def _plant_unable(
@@ -264,31 +406,35 @@ def _plant_unable(
     """Plant a request that cannot be done; return its reason code and the request text."""
     if kind == "unsupported":
         name = f"{customer['name'].split()[0]} {rng.choice(('Moreau', 'Silva', 'Ito'))}"
-        text = rng.choice(UNSUPPORTED).format(name=name, oid=oid)
-        return "unsupported_request", f"Could you {text}?"
+        ask = rng.choice(UNSUPPORTED).format(name=name, oid=oid)
+        return "unsupported_request", rng.choice(UNSUPPORTED_TEXTS).format(ask=ask)
     owned = {
         world.tables["payment_methods"][k].get("brand") for k in customer["payment_method_ids"]
     }
+    gift = rng.choice(MISSING_ITEM_TEXTS).format(oid=oid)
     if rng.bernoulli(0.5):  # a gift card that is closed is not one they can pay with
         if rng.bernoulli(0.5):
             new_payment_method(rng, world, customer, "gift_card", status="closed")
-        return "missing_item", f"Please switch the payment of my order {oid} to my gift card."
+        return "missing_item", gift
     extra_card(rng, world, customer)
     owned |= {world.tables["payment_methods"][customer["payment_method_ids"][-1]]["brand"]}
     lacking = [b for b in CARD_BRANDS if b not in owned]
     if not lacking:  # owns every brand: fall back to the gift card they do not have
-        return "missing_item", f"Please switch the payment of my order {oid} to my gift card."
+        return "missing_item", gift
     brand = rng.choice(lacking)
-    return "missing_item", f"Please charge my order {oid} to my {brand} card instead."
+    return "missing_item", rng.choice(MISSING_BRAND_TEXTS).format(oid=oid, brand=brand)
 
 
 # -- slot detection (shared by the user and the verifier) -------------------------------------
 def slots_asked(text: str) -> set[str]:
-    """Slots an agent message asks about: a question mark plus a slot keyword."""
-    if "?" not in text:
+    """Slots an agent message asks about: a slot phrase in a sentence ending with '?'.
+
+    A message longer than :data:`MAX_QUESTION_CHARS` asks nothing.
+    """
+    if "?" not in text or len(text) > MAX_QUESTION_CHARS:
         return set()
-    words = set(_WORD.findall(text.lower()))
-    return {slot for slot, keys in SLOT_WORDS.items() if words & keys}
+    questions = " ".join(_QUESTION.findall(text.lower().replace("_", " ")))
+    return {slot for slot, pattern in SLOT_PATTERNS.items() if pattern.search(questions)}
 
 
 def says_cannot(text: str) -> bool:
@@ -315,6 +461,12 @@ def reference_world(task: ClarifyTask, world0: World) -> World:
     return world
 
 
+def _decision_turn(ep: EpisodeState, calls: list[CallRecord]) -> int | None:
+    """Turn of the first successful write or ``report_unable`` (None: no decision)."""
+    turns = [c.turn for c in calls if c.ok and (c.kind == "write" or c.name == "report_unable")]
+    return turns[0] if turns else None
+
+
 def verify(task: ClarifyTask, ep: EpisodeState, *, scoped: bool = False) -> Verification:
     """Grade an episode (``scoped``: only calls naming the task's own records count)."""
     calls = [c for c in ep.calls if not scoped or touches(c, task.owned)]
@@ -322,15 +474,33 @@ def verify(task: ClarifyTask, ep: EpisodeState, *, scoped: bool = False) -> Veri
         checks = _unable_checks(task, ep, calls)
     else:
         checks = _doable_checks(task, ep, calls)
-    return Verification(tuple(checks), required_capabilities=(CAPABILITY,))
+    decided = _decision_turn(ep, calls) is not None
+    # inside the composite the other requests' questions are in the same conversation: only
+    # questions from this request's first own call on can be told apart as its own
+    since = min((c.turn for c in calls), default=ep.turn + 1) if scoped else 0
+    checks.append(_needless_check(task, ep, calls, since))
+    return Verification(tuple(checks), required_capabilities=(CAPABILITY,), decided=decided)
 
 
-def _asked_by(ep: EpisodeState, turn: int) -> set[str]:
+def _asked_by(ep: EpisodeState, turn: int, since: int = 0) -> set[str]:
     out: set[str] = set()
     for t, text in ep.agent_texts:
-        if t < turn:
+        if since <= t < turn:
             out |= slots_asked(text)
     return out
+
+
+def _needless_check(
+    task: ClarifyTask, ep: EpisodeState, calls: list[CallRecord], since: int
+) -> Check:
+    decided_at = _decision_turn(ep, calls)
+    asked = _asked_by(ep, ep.turn + 1 if decided_at is None else decided_at, since)
+    needless = sorted(asked - set(task.ask_slots))
+    return Check(
+        "no_needless_question", CAPABILITY, float(not needless), 0.0, gate=True,
+        expected=sorted(task.ask_slots), actual=needless,
+        message="questions about slots stated correctly or not part of the request",
+    )  # fmt: skip
 
 
 def _doable_checks(task: ClarifyTask, ep: EpisodeState, calls: list[CallRecord]) -> list[Check]:
@@ -371,10 +541,11 @@ def _unable_checks(task: ClarifyTask, ep: EpisodeState, calls: list[CallRecord])
     )
     unsupported = task.unable_code == "unsupported_request"
     checks = [
-        Check("explicit_unable", CAPABILITY, float(bool(decisions)), 0.4 if unsupported else 0.3,
+        Check("explicit_unable", CAPABILITY, float(bool(decisions)), 0.7 if unsupported else 0.6,
               expected="report_unable", actual=[c.name for c in decisions]),
-        Check("unable_reason", CAPABILITY, float(bool(codes) and codes[-1] == task.unable_code),
-              0.3, expected=task.unable_code, actual=codes),
+        Check("unable_reason", CAPABILITY, float(not codes or codes[-1] == task.unable_code),
+              0.0, gate=True, expected=task.unable_code, actual=codes,
+              message="declining for the wrong reason is a wrong decision"),
         Check("tells_user", CAPABILITY, float(told), 0.3 if unsupported else 0.2,
               expected="a message saying it cannot be done", actual=ep.final_text[:200]),
         Check("no_write", CAPABILITY, float(not writes), 0.0, gate=True, expected=[],
@@ -399,6 +570,7 @@ QUESTIONS = {
     "speed": "which shipping speed you want (express or overnight)",
     "date": "which date suits you",
     "window": "which time window you prefer (morning, afternoon or evening)",
+    "card": "which card to use (its last four digits)",
 }
 
 
@@ -406,15 +578,20 @@ def _call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 
 
+def _payment_reads(task: ClarifyTask) -> list[Any]:
+    pms = [k for t, k in task.owned if t == "payment_methods"]
+    return [
+        _call("get_customer", customer_id=task.customer_id),
+        {"tool_calls": [_call("get_payment_method", payment_method_id=k) for k in pms]},
+    ]
+
+
 def oracle(task: ClarifyTask, world: World) -> list[Any]:
     """Ask about every missing or wrong slot at once, then write; or decline with the code."""
     if task.reference_call is None:
         turns: list[Any] = []
         if task.unable_code == "missing_item":
-            pms = [k for t, k in task.owned if t == "payment_methods"]
-            turns.append(_call("get_customer", customer_id=task.customer_id))
-            turns.append({"tool_calls": [_call("get_payment_method", payment_method_id=k)
-                                          for k in pms]})  # fmt: skip
+            turns += _payment_reads(task)
         why = "The request is not something I can do for you."
         turns.append(
             _call("report_unable", customer_id=task.customer_id,
@@ -424,6 +601,8 @@ def oracle(task: ClarifyTask, world: World) -> list[Any]:
         return turns
     questions = " and ".join(QUESTIONS[s] for s in task.ask_slots)
     ref = task.reference_call
+    # a card's id is in the records (get_customer, get_payment_method); the oracle knows it,
+    # and the verifier grades the write itself, so every oracle call stays necessary
     return [
         f"I can help with that. Could you tell me {questions}?",
         _call(ref["name"], **ref["arguments"]),
@@ -471,6 +650,19 @@ class ClarifyEnv(TraceEnv):
             "report_unable",
         )
     )
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        # a wrong value in 60 % * d of the doable requests (92 % of all)
+        KnobRate("n_wrong", 0.0, 0.0, 0.0),
+        KnobRate("n_wrong", 0.5, 0.276, 0.04),
+        KnobRate("n_wrong", 1.0, 0.552, 0.04),
+        KnobRate("kind", 0.0, 0.04, 0.02, equals="unsupported"),
+        KnobRate("kind", 1.0, 0.04, 0.02, equals="unsupported"),
+        KnobRate("kind", 0.0, 0.04, 0.02, equals="missing_item"),
+        KnobRate("kind", 1.0, 0.04, 0.02, equals="missing_item"),
+    )
+    template_floor: ClassVar[int] = 500
+    """Distinct masked task templates per 1,000 seeds (about 700 measured at each difficulty;
+    the first draft had 28-47)."""
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> ClarifyTask:
         return generate_task(rng, ClarifyConfig.from_difficulty(difficulty, config))
@@ -488,20 +680,22 @@ class ClarifyEnv(TraceEnv):
             f"The current time is {now}.\n\n"
             "Use the tools to look records up and to make changes. Use only values that the "
             "customer gave you or that the records show; when a detail you need is missing "
-            "or does not check out, ask the customer for it. If a request cannot be done "
-            "(no tool does it, or the customer lacks what it needs), change nothing, call "
-            "report_unable with the reason code and tell the customer. When you are done, "
-            "tell the customer the outcome in a message without a tool call."
+            "or does not check out, ask the customer for it, and do not ask for details the "
+            "customer already gave correctly or that the request does not need. If a request "
+            "cannot be done (no tool does it, or the customer lacks what it needs), change "
+            "nothing, call report_unable with the reason code and tell the customer. When "
+            "you are done, tell the customer the outcome in a message without a tool call."
         )
 
     def hint(self, task: ClarifyTask) -> str:
         return (
             "List the arguments the needed tool takes and check which of them the customer "
             "actually stated. Ask for every missing one by name in one question, and verify "
-            "the stated ones against the records (an id that does not exist or a date that "
-            "has passed must be asked again). Never fill a gap with a plausible guess. If no "
-            "tool does what is asked, or the records show the customer lacks the item the "
-            "request needs, decline with the matching reason code instead."
+            "the stated ones against the records (an id that does not exist, a date that has "
+            "passed or a card they do not have must be asked again); do not ask about what "
+            "is already stated correctly. Never fill a gap with a plausible guess. If no tool "
+            "does what is asked, or the records show the customer lacks the item the request "
+            "needs, decline with the matching reason code instead."
         )
 
     def verify(self, task: ClarifyTask, episode: EpisodeState) -> Verification:
@@ -509,6 +703,16 @@ class ClarifyEnv(TraceEnv):
 
     def oracle(self, task: ClarifyTask) -> list[Any]:
         return oracle(task, World.from_dict(task.world))
+
+    def requested_call(self, task: ClarifyTask) -> dict[str, Any] | None:
+        """The write the customer asks for, with only the values the opening states (a
+        missing or unknown argument is left out; a wrongly stated one is kept)."""
+        if task.reference_call is None:
+            return None
+        stated = {s: task.wrong.get(s, v) for s, v in task.slots.items() if s not in _missing(task)}
+        arguments = {"order_id": stated["order"]} if "order" in stated else {}
+        arguments |= {k: stated[k] for k in ("speed", "date", "window") if k in stated}
+        return {"name": task.reference_call["name"], "arguments": arguments}
 
     def difficulty_features(self, task: ClarifyTask) -> dict[str, Any]:
         orders = task.world["tables"]["orders"]
@@ -518,8 +722,12 @@ class ClarifyEnv(TraceEnv):
         return {
             "kind": task.kind,
             "n_slots": len(SLOTS.get(task.kind, ())),
-            "n_missing": len([s for s in task.ask_slots if s not in task.wrong]),
+            "n_missing": len(_missing(task)),
             "n_wrong": len(task.wrong),
             "n_open_orders": len(open_orders),
             "cannot_do": task.reference_call is None,
         }
+
+
+def _missing(task: ClarifyTask) -> list[str]:
+    return [s for s in task.ask_slots if s not in task.wrong]

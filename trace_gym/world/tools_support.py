@@ -106,6 +106,8 @@ def upgrade_shipping(world: World, order_id: str, speed: str) -> dict[str, Any]:
 
 def schedule_delivery(world: World, order_id: str, date: str, window: str) -> dict[str, Any]:
     order, _ = _open_order(world, order_id)
+    if order.get("hold"):
+        raise _refuse(order, "order_on_hold", f"order {order_id} is on hold ({order['hold']})")
     try:
         day = parse_day(date)
     except ValueError:
@@ -216,7 +218,8 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "schedule_delivery",
-            "Book a delivery date and time window for a pending or processing order.",
+            "Book a delivery date and time window for a pending or processing order that is "
+            "not on hold.",
             object_schema(
                 {
                     "order_id": ORDER_ID,
