@@ -23,6 +23,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from .errors import ConfigError
 from .schema import Step, Trajectory
 
 CHARS_PER_TOKEN = 4  # a deterministic estimate; good enough for budgets and dry-run costs
@@ -48,7 +49,7 @@ class RenderConfig:
 
     def __post_init__(self) -> None:
         if self.max_tokens < 200:
-            raise ValueError(
+            raise ConfigError(
                 f"max_tokens={self.max_tokens} is too small to render a transcript; use >= 200"
             )
 

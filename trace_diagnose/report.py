@@ -146,6 +146,20 @@ def _curve(curve: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _warnings(label_stage: dict[str, Any]) -> list[str]:
+    """Problems that make the numbers below unreliable, shown first in every report."""
+    out = []
+    share = label_stage.get("unlabelled_share")
+    limit = label_stage.get("max_unlabelled")
+    if share is not None and limit is not None and share > limit:
+        out.append(
+            f"INCOMPLETE DIAGNOSIS: {label_stage.get('unlabelled')} of {label_stage.get('usable')} "
+            f"trajectories ({share:.0%}) could not be labelled (limit {limit:.0%}); the figures "
+            "below rest on the rest and should not be trusted. See 'Left out of the statistics'."
+        )
+    return out
+
+
 def build_context(
     analysis: dict[str, Any],
     capabilities: list[Capability],
@@ -192,6 +206,7 @@ def build_context(
         )
     stages = (manifest or {}).get("stages", {})
     return {
+        "warnings": _warnings(stages.get("label", {})),
         "summary": summary or {},
         "params": analysis["params"],
         "totals": analysis["totals"],

@@ -44,6 +44,7 @@ class StubConfig:
         0.0  # probability of flipping LACKING<->PRESENT per (seed, transcript, capability)
     )
     block_after: int | None = None
+    http_status: int | None = None  # answer every request with this error status
 
 
 def _unit(*parts: Any) -> float:
@@ -119,6 +120,9 @@ class StubLLM:
         if blocked:
             self.release.wait(30)
             return 503, {"error": {"message": "stub blocked"}}
+        if self.config.http_status is not None:
+            code = self.config.http_status
+            return code, {"error": {"message": f"stub: refused with {code}", "code": code}}
         if self.config.latency_s:
             time.sleep(self.config.latency_s)
         fault = self._fault(key, seen)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from trace_diagnose.errors import ConfigError
 from trace_diagnose.ingest import ingest
 from trace_diagnose.render import RenderConfig, render
 from trace_diagnose.schema import Outcome, Step, Trajectory
@@ -72,5 +73,5 @@ def test_transcript_fence_cannot_be_closed_from_inside():
 
 
 def test_config_rejects_tiny_caps():
-    with pytest.raises(ValueError, match="max_tokens=10"):
+    with pytest.raises(ConfigError, match="max_tokens=10"):
         RenderConfig(max_tokens=10)
