@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import traceback
@@ -172,6 +173,12 @@ def _ingest_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--swebench-report", help="SWE-bench harness report giving SWE trajectories their outcome"
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="abort on the first unreadable file, line or record (default: skip it with a "
+        "warning, count it in ingest_summary.json and list it in the report)",
     )
     p.add_argument(
         "--success-threshold",
@@ -402,6 +409,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             args.format,
             args.swebench_report,
             args.success_threshold,
+            args.strict,
         )
         _print_estimate(
             run.estimate(args.out, llm, args.n_runs, _render_config(args), args.max_caps)
@@ -424,6 +432,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         k_consistency=args.k_consistency,
         show_progress=not args.no_progress,
         max_unlabelled=args.max_unlabelled,
+        strict=args.strict,
     )
     _print_analysis(result)
     print(f"report: {Path(args.out) / 'report.html'}")
@@ -477,9 +486,13 @@ def _dispatch(args: argparse.Namespace) -> int:
             args.format,
             args.swebench_report,
             args.success_threshold,
+            args.strict,
         )
         print(f"{len(trajs)} trajectories -> {Path(args.out) / 'trajectories.jsonl'}")
-        print(json.dumps(run.read_json(run.RunDir(args.out).summary)["by_status"]))
+        summary = run.read_json(run.RunDir(args.out).summary)
+        print(json.dumps(summary["by_status"]))
+        if summary["n_skipped"]:
+            print(f"skipped as unreadable: {summary['n_skipped']} (see ingest_summary.json)")
     elif cmd == "render":
         print(run.stage_render(args.run_dir, _render_config(args)))
     elif cmd == "status":
@@ -519,8 +532,17 @@ def _dispatch(args: argparse.Namespace) -> int:
     return 0
 
 
+class _WarningLine(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"trace-diagnose: warning: {record.getMessage()}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `trace-diagnose`; returns the exit code."""
+    logger = logging.getLogger("trace_diagnose")
+    if not any(isinstance(h, _WarningLine) for h in logger.handlers):
+        logger.addHandler(_WarningLine(logging.WARNING))
+        logger.propagate = False
     try:
         args = make_parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed on one line

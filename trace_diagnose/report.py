@@ -219,6 +219,7 @@ def build_context(
         "unexplained": unexplained,
         "unlabelled": analysis.get("unlabelled", {}),
         "excluded": (summary or {}).get("excluded", {}),
+        "skipped": (summary or {}).get("skipped", []),
         "ground_truth": analysis.get("ground_truth", {}),
         "env_matches": env_matches,
         "selected_capabilities": analysis.get("selected_capabilities", []),

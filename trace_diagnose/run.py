@@ -105,15 +105,20 @@ def stage_ingest(
     fmt: str = "auto",
     swebench_report: str | Path | None = None,
     success_threshold: float = 1.0,
+    strict: bool = False,
 ) -> list[Trajectory]:
-    """Ingest inputs into RUN_DIR/trajectories.jsonl plus a summary with exclusion reasons."""
+    """Ingest inputs into RUN_DIR/trajectories.jsonl plus a summary with exclusion reasons
+    and the files, lines and records skipped as unreadable (`strict`: abort on the first)."""
     rd = RunDir(run_dir).ensure()
+    skipped: list[str] = []
     trajs = ingest(
         inputs,
         redact,
         fmt=fmt,
         swebench_report=swebench_report,
         success_threshold=success_threshold,
+        strict=strict,
+        skipped=skipped,
     )
     tmp = rd.trajectories.with_name("trajectories.jsonl.tmp")
     tmp.write_text("".join(t.model_dump_json() + "\n" for t in trajs), encoding="utf-8")
@@ -132,6 +137,8 @@ def stage_ingest(
         },
         "tasks": len({t.task_id for t in trajs}),
         "excluded": {t.traj_id: t.outcome.exclusion_reason for t in trajs if not t.usable},
+        "n_skipped": len(skipped),
+        "skipped": skipped,
     }
     write_json(rd.summary, summary)
     _mark(rd, "ingest", n=len(trajs))
@@ -396,6 +403,7 @@ def run_diagnosis(
     k_consistency: int | None = None,
     show_progress: bool = True,
     max_unlabelled: float = MAX_UNLABELLED,
+    strict: bool = False,
 ) -> dict[str, Any]:
     """All stages: ingest, render, propose (unless capabilities exist or are given), label,
     analyze, map-envs and report. Returns the analysis. Rerunning resumes from the cache.
@@ -411,7 +419,7 @@ def run_diagnosis(
         raise ConfigError(f"--n-runs={n_runs}: label at least one run")
     budget = Budget(llm.max_cost)
     rd = RunDir(run_dir).ensure()
-    stage_ingest(rd.path, inputs, redact, fmt, swebench_report)
+    stage_ingest(rd.path, inputs, redact, fmt, swebench_report, strict=strict)
     stage_render(rd.path, render_config)
     if capabilities is not None:
         write_capabilities(rd.capabilities, read_capabilities(Path(capabilities)), [])

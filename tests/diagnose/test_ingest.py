@@ -146,6 +146,9 @@ def test_detection_names_each_format():
 
 def test_unknown_and_broken_files_raise_clear_errors(tmp_path):
     with pytest.raises(UnknownFormatError, match=r"unknown\.json: unrecognised trajectory format"):
+        ingest(FIXTURES / "unknown.json", strict=True)
+    # without --strict, nothing readable at all is still an error naming the first problem
+    with pytest.raises(IngestError, match=r"no trajectory could be read: .*unknown\.json"):
         ingest(FIXTURES / "unknown.json")
     with pytest.raises(IngestError, match=r"broken\.json: broken JSON at line 2"):
         ingest(FIXTURES / "broken.json")
@@ -154,7 +157,7 @@ def test_unknown_and_broken_files_raise_clear_errors(tmp_path):
     bad = tmp_path / "x.jsonl"
     bad.write_text('{"messages": []}\n{not json\n')
     with pytest.raises(IngestError, match=r"x\.jsonl:2: broken JSON line"):
-        ingest(bad)
+        ingest(bad, strict=True)
 
 
 def test_redaction_happens_before_anything_else():
