@@ -115,3 +115,59 @@ def test_tau2_voice_simulations_are_skipped_as_unsupported(tmp_path):
     assert f"simulation {n}" in skipped[0]
     with pytest.raises(IngestError, match="not supported"):
         ingest(path, strict=True)
+
+
+MINI = FIXTURES / "mini_swe"
+
+
+def test_mini_swe_agent_current_release_with_exit_message():
+    # made by fixtures/mini_swe/make_fixtures.py with mini-swe-agent's own agent and models
+    trajs = {t.traj_id: t for t in ingest([MINI])}
+    assert set(trajs) == {"calc__calc-1", "calc__calc-2"}
+    text, tool = trajs["calc__calc-1"], trajs["calc__calc-2"]
+    assert text.outcome.status == "success" and tool.outcome.status == "failure"
+    assert text.steps[-1].source == "environment"
+    assert text.steps[-1].message.startswith("[run ended: Submitted]")
+    assert tool.steps[-1].message.startswith("[run ended: LimitsExceeded]")
+    commands = [c.arguments["command"] for s in text.steps for c in s.tool_calls]
+    assert commands[0] == "cat calc.py" and "sed -i" in commands[1]
+    assert [s.source for s in text.steps[:4]] == ["system", "user", "agent", "environment"]
+    assert [s.source for s in tool.steps[2:4]] == ["agent", "tool"]
+    assert tool.steps[3].result_of == "call_0"
+    assert text.metrics["exit_status"] == "Submitted"
+
+
+def test_mini_swe_agent_fixtures_match_the_installed_package(tmp_path):
+    """Regenerating the fixtures with the installed mini-swe-agent gives the same files, so a
+    format change in a new release shows up here."""
+    pytest.importorskip("minisweagent")
+    import subprocess
+    import sys
+
+    work = tmp_path / "mini"
+    shutil.copytree(MINI, work)
+    subprocess.run(
+        [sys.executable, str(work / "make_fixtures.py")], check=True, capture_output=True
+    )
+    for name in ("calc__calc-1.traj.json", "calc__calc-2.traj.json"):
+        fresh = json.loads((work / name).read_text())
+        kept = json.loads((MINI / name).read_text())
+        fresh["info"].pop("mini_version"), kept["info"].pop("mini_version")
+        assert fresh["messages"] == kept["messages"], name
+
+
+def test_swe_agent_history_only_traj_loads():
+    (t,) = ingest(FIXTURES / "swe" / "history_only.traj")
+    assert t.traj_id == "history_only" and t.outcome.status == "unknown"
+    assert [s.source for s in t.steps] == [
+        "system",
+        "user",
+        "agent",
+        "tool",
+        "agent",
+        "environment",
+    ]
+    assert t.steps[1].message == "<issue>calc.add subtracts</issue>"
+    assert t.steps[2].tool_calls[0].arguments == {"command": "cat calc.py"}
+    assert t.steps[4].tool_calls[0].arguments == {"command": "submit"}
+    assert t.task.instruction == "<issue>calc.add subtracts</issue>"
