@@ -140,8 +140,9 @@ def test_detection_names_each_format():
     assert kinds["episodes.jsonl"] == "trace_gym"
     assert kinds["astropy__astropy-1.traj.json"] == "mini_swe_agent"
     assert kinds["sympy__sympy-3.traj"] == "swe_agent"
+    assert kinds["history_only.traj"] == "swe_agent"
     assert kinds["report.json"] == "swebench_report"
-    assert len(kinds) == 8
+    assert len(kinds) == 9
 
 
 def test_unknown_and_broken_files_raise_clear_errors(tmp_path):
