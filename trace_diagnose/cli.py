@@ -397,6 +397,27 @@ def _print_analysis(result: dict[str, Any]) -> None:
     print(f"core: {', '.join(result['core']) or 'none'}")
 
 
+def _print_seen(run_dir: str | Path) -> None:
+    """One line each when the labeller saw abridged transcripts or flagged text."""
+    from .run import RunDir, read_json
+
+    rd = RunDir(run_dir)
+    stage = (read_json(rd.manifest).get("stages", {}) if rd.manifest.exists() else {}).get("label")
+    if not stage:
+        return
+    if stage.get("abridged"):
+        print(
+            f"abridged for the labeller: {stage['abridged']} of {stage['usable']} transcripts "
+            f"({stage['steps_summarised']} steps summarised, {stage['policy_cut']} policies cut "
+            "to --policy-chars); see report.md, 'What the labeller saw'"
+        )
+    if stage.get("flagged"):
+        print(
+            f"instruction-like text flagged as data in {len(stage['flagged'])} trajectories: "
+            + ", ".join(stage["flagged"][:5])
+        )
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from . import run
 
@@ -434,6 +455,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         max_unlabelled=args.max_unlabelled,
         strict=args.strict,
     )
+    _print_seen(args.out)
     _print_analysis(result)
     print(f"report: {Path(args.out) / 'report.html'}")
     return 0
@@ -522,6 +544,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             max_unlabelled=args.max_unlabelled,
         )
         print(f"{len(runs)} runs; unlabelled: {len({t for r in runs for t in r.unlabelled})}")
+        _print_seen(args.run_dir)
     elif cmd == "map-envs":
         for m in run.stage_map_envs(
             args.run_dir, _llm_config(args), args.registry, not args.no_progress

@@ -146,6 +146,23 @@ def _curve(curve: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _seen(trajectories: list[Trajectory], label_stage: dict[str, Any]) -> dict[str, Any]:
+    """What the labeller saw: abridged transcripts (with what was cut) and flagged text."""
+    from .render import RenderConfig, render
+
+    cfg = RenderConfig(**label_stage.get("render", {}))
+    abridged, flagged = [], []
+    for t in trajectories:
+        if not t.usable:
+            continue
+        r = render(t, cfg)
+        if r.cut_note:
+            abridged.append({"traj_id": t.traj_id, "note": r.cut_note})
+        if r.flagged:
+            flagged.append({"traj_id": t.traj_id, "steps": ", ".join(f"S{i}" for i in r.flagged)})
+    return {"abridged": abridged, "flagged": flagged, "render": cfg.__dict__}
+
+
 def _warnings(label_stage: dict[str, Any]) -> list[str]:
     """Problems that make the numbers below unreliable, shown first in every report."""
     out = []
@@ -205,8 +222,17 @@ def build_context(
             {"traj_id": tid, "task_id": t.task_id if t else "", "summary": first[:160]}
         )
     stages = (manifest or {}).get("stages", {})
+    seen = _seen(trajectories, stages.get("label", {}))
+    warnings = _warnings(stages.get("label", {}))
+    if seen["flagged"]:
+        warnings.append(
+            f"{len(seen['flagged'])} trajectories contain instruction-like text aimed at the "
+            "labeller; it was marked as data and never accepted as evidence (listed under "
+            "'What the labeller saw')."
+        )
     return {
-        "warnings": _warnings(stages.get("label", {})),
+        "warnings": warnings,
+        "seen": seen,
         "summary": summary or {},
         "params": analysis["params"],
         "totals": analysis["totals"],

@@ -158,6 +158,8 @@ def stage_render(run_dir: str | Path, render_config: RenderConfig | None = None)
                     "sha256": r.sha256,
                     "tokens": r.tokens,
                     "elided": list(r.elided),
+                    "cuts": r.cuts,
+                    "flagged_steps": list(r.flagged),
                     "text": r.text,
                 }
             )
@@ -231,6 +233,7 @@ def stage_label(
             old.unlink()  # a smaller --n-runs must not leave stale runs behind
     unlabelled = {t: why for r in runs for t, why in r.unlabelled.items()}
     usable = sum(t.usable for t in trajs)
+    seen = [render(t, render_config) for t in trajs if t.usable]
     share = len(unlabelled) / usable if usable else 0.0
     _mark(
         rd,
@@ -240,6 +243,11 @@ def stage_label(
         unlabelled=len(unlabelled),
         unlabelled_share=share,
         max_unlabelled=max_unlabelled,
+        render=_render_settings(render_config),
+        abridged=sum(bool(r.cut_note) for r in seen),
+        steps_summarised=sum(len(r.elided) for r in seen),
+        policy_cut=sum("policy_chars_omitted" in r.cuts for r in seen),
+        flagged=[r.traj_id for r in seen if r.flagged],
         calls=client.network_calls,
         cache_hits=client.cache_hits,
         prompt_tokens=client.prompt_tokens,
@@ -253,6 +261,11 @@ def stage_label(
             f"(limit {max_unlabelled:.0%}, --max-unlabelled); first reason: {first[:160]}"
         )
     return runs
+
+
+def _render_settings(cfg: RenderConfig | None) -> dict[str, int]:
+    cfg = cfg or RenderConfig()
+    return {"max_tokens": cfg.max_tokens, "policy_chars": cfg.policy_chars}
 
 
 def stage_analyze(

@@ -150,7 +150,7 @@ def test_prompt_injection_and_markup_are_inert_in_the_report(stub, tmp_path):
     )
     html = (tmp_path / "run" / "report.html").read_text()
     assert "<script" not in html.lower() and "</div> ignore" not in html
-    assert "&lt;script&gt;alert(" in html  # the quote is there, escaped
+    assert "instruction-like text aimed at the labeller" in html  # flagged at the top
     assert "default-src 'none'" in html and "http://" not in html and "https://" not in html
     md = (tmp_path / "run" / "report.md").read_text()
     assert "<script" not in md
