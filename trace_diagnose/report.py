@@ -30,7 +30,8 @@ EXAMPLES_PER_CAPABILITY = 3
 def _md_escape(value: Any) -> str:
     """Escape text for Markdown tables and inline HTML (applied to every expression)."""
     text = "" if value is None else str(value)
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # "<" and "&" are enough to keep markup and entities inert; a lone ">" mid-line is text
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
     text = text.replace("|", "\\|").replace("`", "\\`")
     return re.sub(r"\s*\n\s*", " ", text)
 
@@ -41,6 +42,8 @@ def _fmt(value: Any, digits: int = 2) -> str:
     if isinstance(value, (list, tuple)) and len(value) == 2:
         return f"[{_fmt(value[0], digits)}, {_fmt(value[1], digits)}]"
     if isinstance(value, float):
+        if abs(value) < 1e-12:  # floating-point noise (a spread of 1.1e-16) is zero
+            return "0"
         return (
             f"{value:.{digits}f}" if abs(value) >= 10 ** (-digits) or value == 0 else f"{value:.1e}"
         )

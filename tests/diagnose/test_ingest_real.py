@@ -171,3 +171,21 @@ def test_swe_agent_history_only_traj_loads():
     assert t.steps[2].tool_calls[0].arguments == {"command": "cat calc.py"}
     assert t.steps[4].tool_calls[0].arguments == {"command": "submit"}
     assert t.task.instruction == "<issue>calc.add subtracts</issue>"
+
+
+def test_empty_trajectory_is_excluded_with_a_reason(tmp_path):
+    data = tmp_path / "e.jsonl"
+    data.write_text(
+        json.dumps({"task_id": "empty", "reward": 0.0, "messages": []}) + "\n" + _line("t", 0.0)
+    )
+    trajs = {t.traj_id: t for t in ingest(data)}
+    assert trajs["empty"].outcome.status == "excluded"
+    assert trajs["empty"].outcome.exclusion_reason == "empty trajectory: no messages"
+    assert trajs["t"].outcome.status == "failure"
+
+
+def test_report_numbers_print_rounding_noise_as_zero_and_markdown_keeps_ge():
+    from trace_diagnose.report import _fmt, _md_escape
+
+    assert _fmt(1.1e-16) == "0" and _fmt(0.89) == "0.89" and _fmt(0.004) == "4.0e-03"
+    assert _md_escape("coverage >= 0.1 <b>") == "coverage >= 0.1 &lt;b>"

@@ -160,6 +160,11 @@ def ingest(
         more = f" ({len(skips.items) - 1} more problems)" if len(skips.items) > 1 else ""
         raise IngestError(f"no trajectory could be read: {skips.items[0]}{more}")
     skips.warn()
+    for t in trajectories:
+        if t.usable and not any(s.message.strip() or s.tool_calls for s in t.steps):
+            t.outcome = t.outcome.model_copy(
+                update={"status": "excluded", "exclusion_reason": "empty trajectory: no messages"}
+            )
     _make_ids_unique(trajectories)
     if redact:
         patterns = _compile(redact)
