@@ -40,8 +40,10 @@ from .errors import (
     CacheMiss,
     ConfigError,
     DiagnoseError,
+    IncompleteDiagnosis,
     IngestError,
     LLMError,
+    LLMUnavailable,
     UnknownFormatError,
 )
 from .ingest import detect_format, ingest
@@ -57,9 +59,11 @@ __all__ = [
     "Capability",
     "ConfigError",
     "DiagnoseError",
+    "IncompleteDiagnosis",
     "IngestError",
     "LLMConfig",
     "LLMError",
+    "LLMUnavailable",
     "LabelRun",
     "Outcome",
     "RenderConfig",

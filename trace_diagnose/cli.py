@@ -11,18 +11,21 @@
     trace-diagnose status RUN_DIR
 
 Errors print one line and exit 1 (2 for a budget stop or a `--cache-only` miss, both
-resumable); `TRACE_DEBUG=1` shows the traceback. Rerunning a command resumes it.
+resumable; 3 when the model cannot be used: credentials, model name, endpoint; 4 when too
+many trajectories stayed unlabelled). `TRACE_DEBUG=1` shows the traceback. Rerunning a
+command resumes it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import ConfigError, DiagnoseError
 
@@ -32,6 +35,39 @@ EXAMPLES = """examples:
   trace-diagnose analyze --runs 'pipeline/run_*.json' --json selected.json
   trace-diagnose status runs/airline
 """
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (exit code 1) instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _number(kind: type, lo: float | None = None, hi: float | None = None, above: bool = False):
+    """An argparse type: `kind` within bounds (`above`: strictly greater than `lo`)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
+        if value != value or (lo is not None and (value <= lo if above else value < lo)):
+            raise argparse.ArgumentTypeError(f"must be {'>' if above else '>='} {lo}, got {text}")
+        if hi is not None and value > hi:
+            raise argparse.ArgumentTypeError(f"must be <= {hi}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+POS_INT = _number(int, 1)
+NONNEG_INT = _number(int, 0)
+NONNEG = _number(float, 0.0)
+POSITIVE = _number(float, 0.0, above=True)
+SHARE = _number(float, 0.0, 1.0)
+MIN_RENDER_TOKENS = 200
 
 
 def _llm_options(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -47,27 +83,39 @@ def _llm_options(p: argparse.ArgumentParser, required: bool = True) -> None:
         help="read the API key from this environment variable (default: the provider's own)",
     )
     g.add_argument(
-        "--concurrency", type=int, default=8, help="requests in flight at once (default 8)"
-    )
-    g.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
-    g.add_argument(
-        "--retries", type=int, default=3, help="transport retries per request (default 3)"
+        "--concurrency", type=POS_INT, default=8, help="requests in flight at once (default 8)"
     )
     g.add_argument(
-        "--repair-retries", type=int, default=2, help="re-asks after an invalid answer (default 2)"
+        "--timeout", type=POSITIVE, default=120.0, help="seconds per request (default 120)"
     )
     g.add_argument(
-        "--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)"
+        "--retries",
+        type=NONNEG_INT,
+        default=3,
+        help="retries of a request after a 429, 5xx or timeout (default 3); bad credentials, "
+        "an unknown model or an unreachable endpoint stop at once (exit code 3)",
     )
     g.add_argument(
-        "--max-cost", type=float, help="hard cap in USD for new calls; stops with exit code 2"
+        "--repair-retries",
+        type=NONNEG_INT,
+        default=2,
+        help="re-asks after an invalid answer (default 2)",
+    )
+    g.add_argument(
+        "--temperature", type=NONNEG, default=0.7, help="sampling temperature (default 0.7)"
+    )
+    g.add_argument(
+        "--max-cost",
+        type=NONNEG,
+        help="hard cap in USD on new calls, for the whole command (all stages together); "
+        "stops with exit code 2, resumable",
     )
     g.add_argument(
         "--price-in",
-        type=float,
+        type=NONNEG,
         help="USD per million input tokens (overrides litellm's price map)",
     )
-    g.add_argument("--price-out", type=float, help="USD per million output tokens")
+    g.add_argument("--price-out", type=NONNEG, help="USD per million output tokens")
     g.add_argument(
         "--cache-only",
         action="store_true",
@@ -127,8 +175,14 @@ def _ingest_options(p: argparse.ArgumentParser) -> None:
         "--swebench-report", help="SWE-bench harness report giving SWE trajectories their outcome"
     )
     p.add_argument(
+        "--strict",
+        action="store_true",
+        help="abort on the first unreadable file, line or record (default: skip it with a "
+        "warning, count it in ingest_summary.json and list it in the report)",
+    )
+    p.add_argument(
         "--success-threshold",
-        type=float,
+        type=NONNEG,
         default=1.0,
         help="reward counted as success for JSONL inputs (default 1.0)",
     )
@@ -136,19 +190,76 @@ def _ingest_options(p: argparse.ArgumentParser) -> None:
 
 def _analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--rho", type=float, default=0.10, help="coverage threshold per run (default 0.10)"
+        "--rho", type=SHARE, default=0.10, help="coverage threshold per run (default 0.10)"
     )
     p.add_argument(
-        "--delta", type=float, default=0.20, help="delta threshold per run (default 0.20)"
+        "--delta",
+        type=_number(float, -1.0, 1.0),
+        default=0.20,
+        help="delta threshold per run (default 0.20)",
     )
     p.add_argument(
-        "--k-consistency", type=int, help="runs a capability must pass (default: ceil(0.8 * runs))"
+        "--k-consistency",
+        type=POS_INT,
+        help="runs a capability must pass (default: ceil(0.8 * runs))",
+    )
+
+
+def _label_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--n-runs",
+        type=POS_INT,
+        default=10,
+        help="independent labelling runs per trajectory, for consistency (default 10; the "
+        "paper's rule needs a capability in 80%% of them)",
+    )
+    p.add_argument(
+        "--max-unlabelled",
+        type=SHARE,
+        default=0.10,
+        help="share of trajectories allowed to stay unlabelled; above it the command fails "
+        "with exit code 4 and the report says so at the top (default 0.10)",
+    )
+    _render_options(p)
+
+
+def _render_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-tokens-per-trajectory",
+        type=_number(int, MIN_RENDER_TOKENS),
+        default=8000,
+        help="budget of one rendered transcript in tokens (default 8000); beyond it quiet "
+        "middle steps are summarised, and what was cut is reported",
+    )
+    p.add_argument(
+        "--policy-chars",
+        type=NONNEG_INT,
+        default=6000,
+        help="characters of the domain policy shown to the labeller (default 6000); the "
+        "sections the trajectory's tool calls touch are kept first",
+    )
+
+
+def _map_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--registry",
+        help="environment registry to match capabilities against (default: the "
+        "repository's envs_registry.yaml)",
+    )
+
+
+def _max_caps(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-caps",
+        type=POS_INT,
+        default=8,
+        help="capabilities the model may propose at most (default 8)",
     )
 
 
 def make_parser() -> argparse.ArgumentParser:
     """The argument parser (one subcommand per stage)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="trace-diagnose",
         description="Diagnose an agent's failures into missing capabilities (TRACE stage 1).",
         epilog=EXAMPLES,
@@ -158,49 +269,62 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "run",
         help="all stages, resumable",
+        description="Every stage, from trajectory files to report.html. Rerun to resume.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _ingest_options(p)
     _llm_options(p)
     _analysis_options(p)
-    p.add_argument("--n-runs", type=int, default=10, help="independent labelling runs (default 10)")
+    _label_options(p)
     p.add_argument("--capabilities", help="use this capabilities.json instead of proposing")
-    p.add_argument(
-        "--max-caps", type=int, default=8, help="capabilities to propose at most (default 8)"
+    _max_caps(p)
+    _map_options(p)
+    p = sub.add_parser(
+        "ingest",
+        help="read trajectories into RUN_DIR/trajectories.jsonl",
+        description="Read trajectory files (format auto-detected) into the run directory; "
+        "bad files and lines are skipped with a warning unless --strict.",
     )
-    p.add_argument("--registry", help="envs_registry.yaml (default: the repository's)")
-    p.add_argument(
-        "--max-tokens-per-trajectory",
-        type=int,
-        default=8000,
-        help="rendered transcript cap (default 8000)",
-    )
-    p = sub.add_parser("ingest", help="read trajectories into RUN_DIR/trajectories.jsonl")
     _ingest_options(p)
-    p = sub.add_parser("render", help="write the outcome-blind transcripts the labeller sees")
+    p = sub.add_parser(
+        "render",
+        help="write the outcome-blind transcripts the labeller sees",
+        description="Write RUN_DIR/rendered.jsonl: the exact text each labelling prompt holds.",
+    )
     p.add_argument("run_dir")
-    p.add_argument("--max-tokens-per-trajectory", type=int, default=8000)
-    p = sub.add_parser("propose", help="propose capabilities into RUN_DIR/capabilities.json")
+    _render_options(p)
+    p = sub.add_parser(
+        "propose",
+        help="propose capabilities into RUN_DIR/capabilities.json",
+        description="Ask the model for candidate capabilities from contrasted trajectories.",
+    )
     p.add_argument("run_dir")
     _llm_options(p)
-    p.add_argument("--max-caps", type=int, default=8)
+    _max_caps(p)
     p.add_argument(
-        "--n-sample", type=int, default=24, help="trajectories shown to the proposer (default 24)"
+        "--n-sample",
+        type=POS_INT,
+        default=24,
+        help="trajectories shown to the proposer (default 24)",
     )
     p.add_argument(
         "--force",
         action="store_true",
         help="overwrite an existing (maybe edited) capabilities.json",
     )
-    p = sub.add_parser("label", help="label every trajectory N times")
+    p = sub.add_parser(
+        "label",
+        help="label every trajectory N times",
+        description="Label every usable trajectory against capabilities.json, --n-runs times.",
+    )
     p.add_argument("run_dir")
     _llm_options(p)
-    p.add_argument("--n-runs", type=int, default=10)
-    p.add_argument("--max-tokens-per-trajectory", type=int, default=8000)
+    _label_options(p)
     p = sub.add_parser(
         "analyze",
         help="statistics and selection (no LLM)",
+        description="Coverage, delta, the paper's selection rule and statistics (no LLM).",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -214,13 +338,28 @@ def make_parser() -> argparse.ArgumentParser:
         help="capability descriptions (default: capabilities.json or candidate_capabilities.json beside the runs)",
     )
     _analysis_options(p)
-    p = sub.add_parser("map-envs", help="match core capabilities to environment ids")
+    p = sub.add_parser(
+        "map-envs",
+        help="match core capabilities to environment ids",
+        description="Match each core capability to trace_gym environments (registry "
+        "definitions and tags, or the model when --model is given).",
+    )
     p.add_argument("run_dir")
     _llm_options(p, required=False)
-    p.add_argument("--registry")
-    p = sub.add_parser("report", help="write report.md, report.html and report.json")
+    _map_options(p)
+    p = sub.add_parser(
+        "report",
+        help="write report.md, report.html and report.json",
+        description="Write report.md, a self-contained report.html and report.json from the "
+        "run directory (no LLM).",
+    )
     p.add_argument("run_dir")
-    p = sub.add_parser("status", help="stages done, calls, cost, unlabelled trajectories")
+    p = sub.add_parser(
+        "status",
+        help="stages done, calls, cost, unlabelled trajectories",
+        description="Print, as JSON, the stages done, LLM calls, tokens and cost per stage, "
+        "and the trajectories left unlabelled.",
+    )
     p.add_argument("run_dir")
     return parser
 
@@ -228,7 +367,7 @@ def make_parser() -> argparse.ArgumentParser:
 def _render_config(args: argparse.Namespace) -> Any:
     from .render import RenderConfig
 
-    return RenderConfig(max_tokens=args.max_tokens_per_trajectory)
+    return RenderConfig(max_tokens=args.max_tokens_per_trajectory, policy_chars=args.policy_chars)
 
 
 def _print_estimate(est: dict[str, Any]) -> None:
@@ -258,6 +397,27 @@ def _print_analysis(result: dict[str, Any]) -> None:
     print(f"core: {', '.join(result['core']) or 'none'}")
 
 
+def _print_seen(run_dir: str | Path) -> None:
+    """One line each when the labeller saw abridged transcripts or flagged text."""
+    from .run import RunDir, read_json
+
+    rd = RunDir(run_dir)
+    stage = (read_json(rd.manifest).get("stages", {}) if rd.manifest.exists() else {}).get("label")
+    if not stage:
+        return
+    if stage.get("abridged"):
+        print(
+            f"abridged for the labeller: {stage['abridged']} of {stage['usable']} transcripts "
+            f"({stage['steps_summarised']} steps summarised, {stage['policy_cut']} policies cut "
+            "to --policy-chars); see report.md, 'What the labeller saw'"
+        )
+    if stage.get("flagged"):
+        print(
+            f"instruction-like text flagged as data in {len(stage['flagged'])} trajectories: "
+            + ", ".join(stage["flagged"][:5])
+        )
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from . import run
 
@@ -270,6 +430,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             args.format,
             args.swebench_report,
             args.success_threshold,
+            args.strict,
         )
         _print_estimate(
             run.estimate(args.out, llm, args.n_runs, _render_config(args), args.max_caps)
@@ -291,7 +452,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         delta=args.delta,
         k_consistency=args.k_consistency,
         show_progress=not args.no_progress,
+        max_unlabelled=args.max_unlabelled,
+        strict=args.strict,
     )
+    _print_seen(args.out)
     _print_analysis(result)
     print(f"report: {Path(args.out) / 'report.html'}")
     return 0
@@ -344,9 +508,13 @@ def _dispatch(args: argparse.Namespace) -> int:
             args.format,
             args.swebench_report,
             args.success_threshold,
+            args.strict,
         )
         print(f"{len(trajs)} trajectories -> {Path(args.out) / 'trajectories.jsonl'}")
-        print(json.dumps(run.read_json(run.RunDir(args.out).summary)["by_status"]))
+        summary = run.read_json(run.RunDir(args.out).summary)
+        print(json.dumps(summary["by_status"]))
+        if summary["n_skipped"]:
+            print(f"skipped as unreadable: {summary['n_skipped']} (see ingest_summary.json)")
     elif cmd == "render":
         print(run.stage_render(args.run_dir, _render_config(args)))
     elif cmd == "status":
@@ -368,9 +536,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         print("\n".join(c.name for c in caps))
     elif cmd == "label":
         runs = run.stage_label(
-            args.run_dir, _llm_config(args), args.n_runs, _render_config(args), not args.no_progress
+            args.run_dir,
+            _llm_config(args),
+            args.n_runs,
+            _render_config(args),
+            not args.no_progress,
+            max_unlabelled=args.max_unlabelled,
         )
         print(f"{len(runs)} runs; unlabelled: {len({t for r in runs for t in r.unlabelled})}")
+        _print_seen(args.run_dir)
     elif cmd == "map-envs":
         for m in run.stage_map_envs(
             args.run_dir, _llm_config(args), args.registry, not args.no_progress
@@ -381,9 +555,21 @@ def _dispatch(args: argparse.Namespace) -> int:
     return 0
 
 
+class _WarningLine(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"trace-diagnose: warning: {record.getMessage()}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `trace-diagnose`; returns the exit code."""
-    args = make_parser().parse_args(argv)
+    logger = logging.getLogger("trace_diagnose")
+    if not any(isinstance(h, _WarningLine) for h in logger.handlers):
+        logger.addHandler(_WarningLine(logging.WARNING))
+        logger.propagate = False
+    try:
+        args = make_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed on one line
+        return exc.code if isinstance(exc.code, int) else 1
     try:
         return _dispatch(args)
     except DiagnoseError as exc:

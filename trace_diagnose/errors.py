@@ -30,6 +30,22 @@ class LLMError(DiagnoseError):
     """The LLM layer could not be set up (missing litellm, unknown pricing, ...)."""
 
 
+class LLMUnavailable(LLMError):
+    """The model cannot be used at all: bad credentials, unknown model, unreachable endpoint.
+
+    Retrying would not help and going on would label nothing, so the command stops at once
+    (exit code 3) with the cause and the option to change."""
+
+    exit_code = 3
+
+
+class IncompleteDiagnosis(DiagnoseError):
+    """Too many trajectories stayed unlabelled for the diagnosis to mean anything (exit code
+    4). The label runs and, when something was labelled, the report are still written."""
+
+    exit_code = 4
+
+
 class BudgetExceeded(DiagnoseError):
     """`--max-cost` reached. Finished calls are cached; rerun with a higher cap to resume."""
 

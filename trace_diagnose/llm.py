@@ -15,8 +15,11 @@ SHA-256 of the exact request (model, decoding parameters, sample index, messages
 and committed at once. Validation is deterministic, so replaying the cache walks the same
 schema-repair path: rerunning a command never asks the model again for a request that
 already completed, and `cache_only=True` replays without any network call (a miss raises
-`CacheMiss`). Transport failures (HTTP 5xx, timeouts, connection errors) are recorded in an
-`errors` table and retried, never cached as answers.
+`CacheMiss`). Failures are classified (`classify_error`): bad credentials, an unknown model
+or an endpoint that never answered stop the command at once (`LLMUnavailable`, exit code 3,
+naming the option to change); 429, 5xx and timeouts are retried with backoff; any other
+refusal fails that request only. Failures are recorded in an `errors` table, never cached as
+answers.
 
 **Structured output.** The pydantic schema goes to litellm as a `json_schema`
 `response_format`; the answer is parsed and validated locally anyway (many providers ignore
@@ -25,8 +28,9 @@ the schema). An invalid answer is shown back to the model with the validation er
 
 **Cost.** Per-call cost comes from token usage times the price per token (`price_in` /
 `price_out` in USD per million tokens, else litellm's bundled price map). `max_cost` is a
-hard cap: a call is not started when the spend so far plus the estimates of calls in flight
-and of this call would exceed it (`BudgetExceeded`, exit code 2; finished work is cached).
+hard cap for a whole command: the stages of one command share a `Budget`, and a call is not
+started when the spend so far plus the estimates of calls in flight and of this call would
+exceed it (`BudgetExceeded`, exit code 2; finished work is cached).
 
 litellm is imported lazily inside functions, so analysis and reporting work without it.
 """
@@ -46,7 +50,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import BudgetExceeded, CacheMiss, LLMError
+from .errors import BudgetExceeded, CacheMiss, LLMError, LLMUnavailable
 from .render import approx_tokens
 
 T = TypeVar("T")
@@ -100,6 +104,15 @@ class LLMConfig:
             raise LLMError(
                 "give both --price-in and --price-out (USD per million tokens), or neither"
             )
+
+
+@dataclass
+class Budget:
+    """Spend of one command against its `--max-cost` cap, shared by every stage's client."""
+
+    cap: float | None = None
+    spent: float = 0.0
+    reserved: float = 0.0
 
 
 @dataclass
@@ -224,11 +237,12 @@ def response_format(schema: type[BaseModel] | dict[str, Any], name: str) -> dict
 class LLMClient:
     """Structured LLM calls with cache, retries, schema repair, concurrency and a cost cap."""
 
-    def __init__(self, config: LLMConfig, cache: Cache) -> None:
+    def __init__(self, config: LLMConfig, cache: Cache, budget: Budget | None = None) -> None:
         self.config = config
         self.cache = cache
-        self.spent = 0.0
-        self.reserved = 0.0
+        # One budget may be shared by the clients of several stages: --max-cost caps a command.
+        self.budget = budget if budget is not None else Budget(config.max_cost)
+        self.spent = 0.0  # this client's own spend (per-stage accounting)
         self.network_calls = 0
         self.cache_hits = 0
         self.prompt_tokens = 0
@@ -357,18 +371,17 @@ class LLMClient:
             try:
                 response = await self._acompletion(messages, fmt, sample)
             except _api_errors() as exc:
-                if _is_fatal(exc):
-                    raise LLMError(
-                        f"{self.config.model}: {type(exc).__name__}: {str(exc)[:300]}"
-                    ) from exc
-                error = f"{type(exc).__name__}: {str(exc)[:200]}"
+                kind = classify_error(exc, reached_before=self.network_calls > 0)
+                if kind in FATAL_KINDS:
+                    raise LLMUnavailable(self._fatal_message(kind, exc)) from exc
+                error = f"{type(exc).__name__}: {_short(exc)}"
                 self.cache.record_error(key, stage, error)
-                if not _is_retryable(exc):
+                if kind != "transient":
                     return None, error, attempt + 1
                 await asyncio.sleep(self.config.backoff * 2**attempt)
                 continue
             finally:
-                self.reserved -= estimate
+                self.budget.reserved -= estimate
             self.network_calls += 1
             text = response.choices[0].message.content or ""
             usage = getattr(response, "usage", None)
@@ -378,6 +391,7 @@ class LLMClient:
             )
             cost = self.estimate_cost(*tokens)
             self.spent += cost or 0.0
+            self.budget.spent += cost or 0.0
             self.prompt_tokens += tokens[0]
             self.completion_tokens += tokens[1]
             self.cache.put(key, stage, self.config.model, request, text, tokens, cost)
@@ -388,6 +402,25 @@ class LLMClient:
             self.config.retries + 1,
         )
 
+    def _fatal_message(self, kind: str, exc: BaseException) -> str:
+        cfg = self.config
+        where = cfg.api_base or f"the {cfg.model.split('/', 1)[0]} provider's default endpoint"
+        if kind == "auth":
+            fix = (
+                "check the key (--api-key-env VAR, or the provider's own variable such as "
+                "OPENAI_API_KEY)"
+            )
+            return f"{cfg.model}: authentication refused by {where}: {_short(exc, 120)}; {fix}"
+        if kind == "model":
+            return (
+                f"{cfg.model}: unknown model at {where}: {_short(exc, 120)}; "
+                "check --model (litellm 'provider/model')"
+            )
+        return (
+            f"{cfg.model}: cannot reach {where}: {_short(exc, 120)}; "
+            "check --api-base and that the server is running"
+        )
+
     def _reserve(self, messages: list[dict[str, str]]) -> float:
         """Check the cost cap before a call and reserve its estimated cost."""
         estimate = (
@@ -396,13 +429,15 @@ class LLMClient:
             )
             or 0.0
         )
-        cap = self.config.max_cost
-        if cap is not None and self.spent + self.reserved + estimate > cap:
+        budget = self.budget
+        cap = budget.cap
+        if cap is not None and budget.spent + budget.reserved + estimate > cap:
             raise BudgetExceeded(
-                f"--max-cost {cap:.4f} USD reached (spent {self.spent:.4f}, next call ~{estimate:.4f}); "
-                "finished calls are cached: rerun with a higher --max-cost to resume"
+                f"--max-cost {cap:.4f} USD reached (spent {budget.spent:.4f} in this command, "
+                f"next call ~{estimate:.4f}); finished calls are cached: rerun with a higher "
+                "--max-cost to resume"
             )
-        self.reserved += estimate
+        budget.reserved += estimate
         return estimate
 
     async def _acompletion(
@@ -443,23 +478,61 @@ def _api_errors() -> tuple[type[BaseException], ...]:
     return (openai.APIError, asyncio.TimeoutError)
 
 
-def _is_fatal(exc: BaseException) -> bool:
-    """Credentials or model name wrong: no point in retrying or going on."""
+FATAL_KINDS = ("auth", "model", "unreachable")
+_UNREACHABLE = (
+    "connection error",
+    "connection refused",
+    "name or service not known",
+    "nodename nor servname",
+    "temporary failure in name resolution",
+    "no route to host",
+    "cannot connect",
+    "failed to establish a new connection",
+)
+
+
+def classify_error(exc: BaseException, reached_before: bool = False) -> str:
+    """What a failed request means: `auth`, `model`, `unreachable` (stop the command),
+    `transient` (429, 5xx, timeouts: retry) or `request` (this request only: record it).
+
+    litellm wraps a refused connection as a 500 "Connection error.", so the message and the
+    exception chain are read too. Once the endpoint has answered in this command, a
+    connection failure is taken as a transient outage and retried.
+    """
     import openai
 
-    return isinstance(
-        exc, (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
-    )
-
-
-def _is_retryable(exc: BaseException) -> bool:
-    """Timeouts, connection errors, 429 and 5xx are transient; other 4xx are not."""
-    import openai
-
-    if isinstance(exc, (asyncio.TimeoutError, openai.APIConnectionError, openai.RateLimitError)):
-        return True
+    chain = []
+    cur: BaseException | None = exc
+    while cur is not None and len(chain) < 6:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
     status = getattr(exc, "status_code", None)
-    return status is None or status >= 500 or status in (408, 409, 429)
+    text = " ".join(str(e) for e in chain).lower()
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)) or status in (
+        401,
+        403,
+    ):
+        return "auth"
+    if isinstance(exc, openai.NotFoundError) or status == 404:
+        return "model"
+    if isinstance(exc, asyncio.TimeoutError) or any(
+        isinstance(e, (asyncio.TimeoutError, openai.APITimeoutError)) for e in chain
+    ):
+        return "transient"
+    connection = any(isinstance(e, (openai.APIConnectionError, ConnectionError)) for e in chain)
+    if connection or any(marker in text for marker in _UNREACHABLE):
+        return "transient" if reached_before else "unreachable"
+    if status is None or status >= 500 or status in (408, 409, 429):
+        return "transient"
+    return "request"
+
+
+def _short(exc: BaseException, limit: int = 200) -> str:
+    """The provider's message without litellm's repeated class-name prefixes, on one line."""
+    text = " ".join(str(exc).split())
+    for prefix in ("litellm.", type(exc).__name__ + ":", "OpenAIException -"):
+        text = text.replace(prefix, "").strip()
+    return text[:limit]
 
 
 async def run_bounded(
@@ -470,8 +543,8 @@ async def run_bounded(
 ) -> list[T]:
     """Run coroutine factories with at most `limit` in flight; results keep input order.
 
-    The first `BudgetExceeded` or `CacheMiss` stops new work: running calls finish (and are
-    cached), then it is raised.
+    The first `BudgetExceeded`, `CacheMiss` or `LLMUnavailable` stops new work: running calls
+    finish (and are cached), then it is raised.
     """
     sem = asyncio.Semaphore(limit)
     stop: list[BaseException] = []
@@ -483,7 +556,7 @@ async def run_bounded(
                 return None
             try:
                 return await factory()
-            except (BudgetExceeded, CacheMiss) as exc:
+            except (BudgetExceeded, CacheMiss, LLMUnavailable) as exc:
                 stop.append(exc)
                 return None
             finally:

@@ -167,8 +167,9 @@ async def propose_capabilities(
     results = await run_bounded(jobs, client.config.concurrency, "propose", show_progress)
     candidates = [c for r in results if r.value is not None for c in r.value.capabilities]
     if not candidates:
-        errors = "; ".join(r.error or "" for r in results)
-        raise ConfigError(f"the model proposed no valid capability ({errors})")
+        errors = [r.error or "no answer" for r in results]
+        more = f" (and {len(errors) - 1} more failed calls)" if len(errors) > 1 else ""
+        raise ConfigError(f"the model proposed no valid capability: {errors[0][:200]}{more}")
     if len(groups) > 1:
         merged = await client.structured(
             "propose", _merge_prompt(candidates, max_caps), ProposedCapabilities

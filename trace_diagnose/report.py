@@ -30,7 +30,8 @@ EXAMPLES_PER_CAPABILITY = 3
 def _md_escape(value: Any) -> str:
     """Escape text for Markdown tables and inline HTML (applied to every expression)."""
     text = "" if value is None else str(value)
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # "<" and "&" are enough to keep markup and entities inert; a lone ">" mid-line is text
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
     text = text.replace("|", "\\|").replace("`", "\\`")
     return re.sub(r"\s*\n\s*", " ", text)
 
@@ -41,6 +42,8 @@ def _fmt(value: Any, digits: int = 2) -> str:
     if isinstance(value, (list, tuple)) and len(value) == 2:
         return f"[{_fmt(value[0], digits)}, {_fmt(value[1], digits)}]"
     if isinstance(value, float):
+        if abs(value) < 1e-12:  # floating-point noise (a spread of 1.1e-16) is zero
+            return "0"
         return (
             f"{value:.{digits}f}" if abs(value) >= 10 ** (-digits) or value == 0 else f"{value:.1e}"
         )
@@ -146,6 +149,37 @@ def _curve(curve: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _seen(trajectories: list[Trajectory], label_stage: dict[str, Any]) -> dict[str, Any]:
+    """What the labeller saw: abridged transcripts (with what was cut) and flagged text."""
+    from .render import RenderConfig, render
+
+    cfg = RenderConfig(**label_stage.get("render", {}))
+    abridged, flagged = [], []
+    for t in trajectories:
+        if not t.usable:
+            continue
+        r = render(t, cfg)
+        if r.cut_note:
+            abridged.append({"traj_id": t.traj_id, "note": r.cut_note})
+        if r.flagged:
+            flagged.append({"traj_id": t.traj_id, "steps": ", ".join(f"S{i}" for i in r.flagged)})
+    return {"abridged": abridged, "flagged": flagged, "render": cfg.__dict__}
+
+
+def _warnings(label_stage: dict[str, Any]) -> list[str]:
+    """Problems that make the numbers below unreliable, shown first in every report."""
+    out = []
+    share = label_stage.get("unlabelled_share")
+    limit = label_stage.get("max_unlabelled")
+    if share is not None and limit is not None and share > limit:
+        out.append(
+            f"INCOMPLETE DIAGNOSIS: {label_stage.get('unlabelled')} of {label_stage.get('usable')} "
+            f"trajectories ({share:.0%}) could not be labelled (limit {limit:.0%}); the figures "
+            "below rest on the rest and should not be trusted. See 'Left out of the statistics'."
+        )
+    return out
+
+
 def build_context(
     analysis: dict[str, Any],
     capabilities: list[Capability],
@@ -191,7 +225,17 @@ def build_context(
             {"traj_id": tid, "task_id": t.task_id if t else "", "summary": first[:160]}
         )
     stages = (manifest or {}).get("stages", {})
+    seen = _seen(trajectories, stages.get("label", {}))
+    warnings = _warnings(stages.get("label", {}))
+    if seen["flagged"]:
+        warnings.append(
+            f"{len(seen['flagged'])} trajectories contain instruction-like text aimed at the "
+            "labeller; it was marked as data and never accepted as evidence (listed under "
+            "'What the labeller saw')."
+        )
     return {
+        "warnings": warnings,
+        "seen": seen,
         "summary": summary or {},
         "params": analysis["params"],
         "totals": analysis["totals"],
@@ -204,6 +248,7 @@ def build_context(
         "unexplained": unexplained,
         "unlabelled": analysis.get("unlabelled", {}),
         "excluded": (summary or {}).get("excluded", {}),
+        "skipped": (summary or {}).get("skipped", []),
         "ground_truth": analysis.get("ground_truth", {}),
         "env_matches": env_matches,
         "selected_capabilities": analysis.get("selected_capabilities", []),

@@ -31,16 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from .analyze import LabelRun, analyze, load_label_runs
-from .errors import ConfigError
+from .errors import ConfigError, IncompleteDiagnosis
 from .ingest import ingest
 from .label import DEFAULT_RUNS, label_messages, label_trajectories
-from .llm import Cache, LLMClient, LLMConfig
+from .llm import Budget, Cache, LLMClient, LLMConfig
 from .map_envs import map_envs
 from .propose import propose_capabilities, read_capabilities, select_sample, write_capabilities
 from .render import RenderConfig, approx_tokens, render
 from .schema import Capability, LabelResponse, Trajectory
 
 LABEL_OUTPUT_TOKENS_PER_CAP = 70  # measured on the stub's answers; used only for estimates
+MAX_UNLABELLED = 0.10  # above this share of unlabelled trajectories the diagnosis is an error
 
 
 class RunDir:
@@ -104,15 +105,20 @@ def stage_ingest(
     fmt: str = "auto",
     swebench_report: str | Path | None = None,
     success_threshold: float = 1.0,
+    strict: bool = False,
 ) -> list[Trajectory]:
-    """Ingest inputs into RUN_DIR/trajectories.jsonl plus a summary with exclusion reasons."""
+    """Ingest inputs into RUN_DIR/trajectories.jsonl plus a summary with exclusion reasons
+    and the files, lines and records skipped as unreadable (`strict`: abort on the first)."""
     rd = RunDir(run_dir).ensure()
+    skipped: list[str] = []
     trajs = ingest(
         inputs,
         redact,
         fmt=fmt,
         swebench_report=swebench_report,
         success_threshold=success_threshold,
+        strict=strict,
+        skipped=skipped,
     )
     tmp = rd.trajectories.with_name("trajectories.jsonl.tmp")
     tmp.write_text("".join(t.model_dump_json() + "\n" for t in trajs), encoding="utf-8")
@@ -131,6 +137,8 @@ def stage_ingest(
         },
         "tasks": len({t.task_id for t in trajs}),
         "excluded": {t.traj_id: t.outcome.exclusion_reason for t in trajs if not t.usable},
+        "n_skipped": len(skipped),
+        "skipped": skipped,
     }
     write_json(rd.summary, summary)
     _mark(rd, "ingest", n=len(trajs))
@@ -150,6 +158,8 @@ def stage_render(run_dir: str | Path, render_config: RenderConfig | None = None)
                     "sha256": r.sha256,
                     "tokens": r.tokens,
                     "elided": list(r.elided),
+                    "cuts": r.cuts,
+                    "flagged_steps": list(r.flagged),
                     "text": r.text,
                 }
             )
@@ -161,8 +171,8 @@ def stage_render(run_dir: str | Path, render_config: RenderConfig | None = None)
     return rd.rendered
 
 
-def _client(rd: RunDir, llm: LLMConfig) -> LLMClient:
-    return LLMClient(llm, Cache(rd.cache))
+def _client(rd: RunDir, llm: LLMConfig, budget: Budget | None = None) -> LLMClient:
+    return LLMClient(llm, Cache(rd.cache), budget)
 
 
 def stage_propose(
@@ -172,12 +182,13 @@ def stage_propose(
     n_sample: int = 24,
     force: bool = False,
     show_progress: bool = True,
+    budget: Budget | None = None,
 ) -> list[Capability]:
     """Propose capabilities into RUN_DIR/capabilities.json (kept as is when it exists)."""
     rd = RunDir(run_dir)
     if rd.capabilities.exists() and not force:
         return read_capabilities(rd.capabilities)
-    client = _client(rd, llm)
+    client = _client(rd, llm, budget)
     kept, rejected = asyncio.run(
         propose_capabilities(
             load_trajectories(rd.path), client, max_caps, n_sample, show_progress=show_progress
@@ -194,34 +205,67 @@ def stage_label(
     n_runs: int = DEFAULT_RUNS,
     render_config: RenderConfig | None = None,
     show_progress: bool = True,
+    budget: Budget | None = None,
+    max_unlabelled: float = MAX_UNLABELLED,
 ) -> list[LabelRun]:
-    """Label every usable trajectory n_runs times into RUN_DIR/labels/run_XX.json."""
+    """Label every usable trajectory n_runs times into RUN_DIR/labels/run_XX.json.
+
+    Raises `IncompleteDiagnosis` (after writing the runs) when more than `max_unlabelled` of
+    the usable trajectories got no valid label in some run: a dead or refusing model must not
+    pass for an agent without failures."""
+    if n_runs < 1:
+        raise ConfigError(f"--n-runs={n_runs}: label at least one run")
+    if not 0.0 <= max_unlabelled <= 1.0:
+        raise ConfigError(f"--max-unlabelled={max_unlabelled}: give a share between 0 and 1")
     rd = RunDir(run_dir)
     caps = read_capabilities(rd.need(rd.capabilities, "propose"))
-    client = _client(rd, llm)
+    trajs = load_trajectories(rd.path)
+    client = _client(rd, llm, budget)
     runs = asyncio.run(
-        label_trajectories(
-            load_trajectories(rd.path), caps, client, n_runs, render_config, show_progress
-        )
+        label_trajectories(trajs, caps, client, n_runs, render_config, show_progress)
     )
     rd.labels.mkdir(exist_ok=True)
-    for old in rd.labels.glob("run_*.json"):
-        old.unlink()  # a smaller --runs must not leave stale runs behind
     for run in runs:
         write_json(rd.labels / f"run_{run.attempt:02d}.json", run.to_json())
-    unlabelled = sorted({t for r in runs for t in r.unlabelled})
+    for old in rd.labels.glob("run_*.json"):
+        index = old.stem.removeprefix("run_")
+        if index.isdigit() and int(index) > n_runs:
+            old.unlink()  # a smaller --n-runs must not leave stale runs behind
+    unlabelled = {t: why for r in runs for t, why in r.unlabelled.items()}
+    usable = sum(t.usable for t in trajs)
+    seen = [render(t, render_config) for t in trajs if t.usable]
+    share = len(unlabelled) / usable if usable else 0.0
     _mark(
         rd,
         "label",
         runs=n_runs,
+        usable=usable,
         unlabelled=len(unlabelled),
+        unlabelled_share=share,
+        max_unlabelled=max_unlabelled,
+        render=_render_settings(render_config),
+        abridged=sum(bool(r.cut_note) for r in seen),
+        steps_summarised=sum(len(r.elided) for r in seen),
+        policy_cut=sum("policy_chars_omitted" in r.cuts for r in seen),
+        flagged=[r.traj_id for r in seen if r.flagged],
         calls=client.network_calls,
         cache_hits=client.cache_hits,
         prompt_tokens=client.prompt_tokens,
         completion_tokens=client.completion_tokens,
         cost_usd=client.spent,
     )
+    if usable and share > max_unlabelled:
+        first = next(iter(unlabelled.values()))
+        raise IncompleteDiagnosis(
+            f"{len(unlabelled)} of {usable} trajectories ({share:.0%}) could not be labelled "
+            f"(limit {max_unlabelled:.0%}, --max-unlabelled); first reason: {first[:160]}"
+        )
     return runs
+
+
+def _render_settings(cfg: RenderConfig | None) -> dict[str, int]:
+    cfg = cfg or RenderConfig()
+    return {"max_tokens": cfg.max_tokens, "policy_chars": cfg.policy_chars}
 
 
 def stage_analyze(
@@ -254,13 +298,14 @@ def stage_map_envs(
     llm: LLMConfig | None = None,
     registry: str | Path | None = None,
     show_progress: bool = True,
+    budget: Budget | None = None,
 ) -> list[dict[str, Any]]:
     """Match the core capabilities to environment ids into RUN_DIR/env_matches.json."""
     rd = RunDir(run_dir)
     result = read_json(rd.need(rd.analysis, "analyze"))
     rows = {r["name"]: r for r in result["capabilities"]}
     caps = [Capability(name=n, definition=rows[n].get("description") or n) for n in result["core"]]
-    client = _client(rd, llm) if llm else None
+    client = _client(rd, llm, budget) if llm else None
     matches = asyncio.run(map_envs(caps, registry, client, show_progress))
     write_json(rd.env_matches, matches)
     _mark(rd, "map-envs", matched=sum(not m["needs_new_environment"] for m in matches))
@@ -370,21 +415,41 @@ def run_diagnosis(
     delta: float = 0.20,
     k_consistency: int | None = None,
     show_progress: bool = True,
+    max_unlabelled: float = MAX_UNLABELLED,
+    strict: bool = False,
 ) -> dict[str, Any]:
     """All stages: ingest, render, propose (unless capabilities exist or are given), label,
-    analyze, map-envs and report. Returns the analysis. Rerunning resumes from the cache."""
+    analyze, map-envs and report. Returns the analysis. Rerunning resumes from the cache.
+
+    `llm.max_cost` caps the spend of the whole call, every stage together. When more than
+    `max_unlabelled` of the trajectories stay unlabelled, the analysis and the report are
+    still written (the report says so at the top) and `IncompleteDiagnosis` is raised."""
     if llm is None:
         if model is None:
             raise ConfigError("run_diagnosis needs a model (or an LLMConfig)")
         llm = LLMConfig(model=model)
+    if n_runs < 1:
+        raise ConfigError(f"--n-runs={n_runs}: label at least one run")
+    budget = Budget(llm.max_cost)
     rd = RunDir(run_dir).ensure()
-    stage_ingest(rd.path, inputs, redact, fmt, swebench_report)
+    stage_ingest(rd.path, inputs, redact, fmt, swebench_report, strict=strict)
     stage_render(rd.path, render_config)
     if capabilities is not None:
         write_capabilities(rd.capabilities, read_capabilities(Path(capabilities)), [])
-    stage_propose(rd.path, llm, max_caps, n_sample, show_progress=show_progress)
-    stage_label(rd.path, llm, n_runs, render_config, show_progress)
+    stage_propose(rd.path, llm, max_caps, n_sample, show_progress=show_progress, budget=budget)
+    incomplete: IncompleteDiagnosis | None = None
+    try:
+        runs = stage_label(
+            rd.path, llm, n_runs, render_config, show_progress, budget, max_unlabelled
+        )
+    except IncompleteDiagnosis as exc:
+        incomplete = exc
+        runs = load_label_runs(str(rd.labels / "run_*.json"))
+        if not any(r.failed or r.passed for r in runs):
+            raise  # nothing labelled: there is nothing to analyse or report
     result = stage_analyze(rd.path, rho=rho, delta=delta, k_consistency=k_consistency)
-    stage_map_envs(rd.path, llm, registry, show_progress)
+    stage_map_envs(rd.path, llm, registry, show_progress, budget)
     stage_report(rd.path)
+    if incomplete is not None:
+        raise incomplete
     return result

@@ -44,6 +44,8 @@ class StubConfig:
         0.0  # probability of flipping LACKING<->PRESENT per (seed, transcript, capability)
     )
     block_after: int | None = None
+    http_status: int | None = None  # answer every request with this error status
+    obey_injection: bool = False  # a compliant model: "label everything PRESENT" is obeyed
 
 
 def _unit(*parts: Any) -> float:
@@ -119,6 +121,9 @@ class StubLLM:
         if blocked:
             self.release.wait(30)
             return 503, {"error": {"message": "stub blocked"}}
+        if self.config.http_status is not None:
+            code = self.config.http_status
+            return code, {"error": {"message": f"stub: refused with {code}", "code": code}}
         if self.config.latency_s:
             time.sleep(self.config.latency_s)
         fault = self._fault(key, seen)
@@ -196,6 +201,23 @@ class StubLLM:
             int(m.group(1)): m.group(0) for m in re.finditer(r"^\[S(\d+)\][^\n]*", transcript, re.M)
         }
         labels = []
+        injected = re.search(r"[^\n]*label everything PRESENT[^\n]*", transcript)
+        if self.config.obey_injection and injected:
+            line = injected.group(0)
+            step = int(re.match(r"\[S(\d+)\]", line).group(1))
+            quote = line.split(": ", 1)[-1]
+            quote = quote[quote.find("ignore") :][:200].replace("</flagged_instruction>", "")
+            return {
+                "labels": [
+                    {
+                        "capability": cap,
+                        "verdict": "PRESENT",
+                        "evidence": [{"step": step, "quote": quote}],
+                        "rationale": "as instructed in the transcript",
+                    }
+                    for cap in re.findall(r"^### (\S+)", rubric, re.M)
+                ]
+            }
         for cap in re.findall(r"^### (\S+)", rubric, re.M):
             verdict, evidence = "NA", []
             marks = self.config.markers.get(cap, {})
@@ -209,8 +231,8 @@ class StubLLM:
                     ),
                     None,
                 )
-                if hit:  # quote the step's text after its "[S3] AGENT: " header, as a model would
-                    quote = hit[1].split(": ", 1)[-1][:200]
+                if hit:  # quote the marker sentence itself, as a careful model would
+                    quote = next(m for m in marks[kind] if m in hit[1])
                     verdict, evidence = kind.upper(), [{"step": hit[0], "quote": quote}]
                     break
             if verdict != "NA" and _unit("noise", req.get("seed"), tid, cap) < self.config.noise:

@@ -140,12 +140,16 @@ def test_detection_names_each_format():
     assert kinds["episodes.jsonl"] == "trace_gym"
     assert kinds["astropy__astropy-1.traj.json"] == "mini_swe_agent"
     assert kinds["sympy__sympy-3.traj"] == "swe_agent"
+    assert kinds["history_only.traj"] == "swe_agent"
     assert kinds["report.json"] == "swebench_report"
-    assert len(kinds) == 8
+    assert len(kinds) == 9
 
 
 def test_unknown_and_broken_files_raise_clear_errors(tmp_path):
     with pytest.raises(UnknownFormatError, match=r"unknown\.json: unrecognised trajectory format"):
+        ingest(FIXTURES / "unknown.json", strict=True)
+    # without --strict, nothing readable at all is still an error naming the first problem
+    with pytest.raises(IngestError, match=r"no trajectory could be read: .*unknown\.json"):
         ingest(FIXTURES / "unknown.json")
     with pytest.raises(IngestError, match=r"broken\.json: broken JSON at line 2"):
         ingest(FIXTURES / "broken.json")
@@ -154,7 +158,7 @@ def test_unknown_and_broken_files_raise_clear_errors(tmp_path):
     bad = tmp_path / "x.jsonl"
     bad.write_text('{"messages": []}\n{not json\n')
     with pytest.raises(IngestError, match=r"x\.jsonl:2: broken JSON line"):
-        ingest(bad)
+        ingest(bad, strict=True)
 
 
 def test_redaction_happens_before_anything_else():

@@ -92,7 +92,7 @@ def test_fault_injection_completes_records_unlabelled_and_excludes_them(make_stu
     stage_ingest(rd, [data])
     td.run.write_json(rd / "capabilities.json", {"capabilities": CAPABILITIES})
     cfg = llm(stub, timeout=0.5, retries=2, repair_retries=1, concurrency=8)
-    runs = stage_label(rd, cfg, n_runs=3, show_progress=False)
+    runs = stage_label(rd, cfg, n_runs=3, show_progress=False, max_unlabelled=1.0)
     assert set(stub.faults) == {"http500", "timeout", "malformed", "schema", "bad_step"}
     unlabelled = {(r.attempt, t) for r in runs for t in r.unlabelled}
     assert unlabelled, "with 30% faults and few retries some trajectories must stay unlabelled"
@@ -150,7 +150,7 @@ def test_prompt_injection_and_markup_are_inert_in_the_report(stub, tmp_path):
     )
     html = (tmp_path / "run" / "report.html").read_text()
     assert "<script" not in html.lower() and "</div> ignore" not in html
-    assert "&lt;script&gt;alert(" in html  # the quote is there, escaped
+    assert "instruction-like text aimed at the labeller" in html  # flagged at the top
     assert "default-src 'none'" in html and "http://" not in html and "https://" not in html
     md = (tmp_path / "run" / "report.md").read_text()
     assert "<script" not in md

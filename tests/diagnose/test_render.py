@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from trace_diagnose.errors import ConfigError
 from trace_diagnose.ingest import ingest
 from trace_diagnose.render import RenderConfig, render
 from trace_diagnose.schema import Outcome, Step, Trajectory
@@ -62,7 +63,9 @@ def test_token_cap_elides_middle_steps_and_keeps_ends():
     r = render(t, RenderConfig(max_tokens=2000))
     assert r.tokens <= 2000
     assert 0 in r.steps and 199 in r.steps and 100 not in r.steps
-    assert f"[... S{r.elided[0]}-S{r.elided[-1]} elided: {len(r.elided)} steps ...]" in r.text
+    assert f"[S{r.elided[0]}-S{r.elided[-1]} summarised, {len(r.elided)} steps:" in r.text
+    assert f"[Abridged for length: {len(r.elided)} of 200 steps summarised" in r.text
+    assert len(r.steps) > 20  # the budget is spent on steps, not on reserve
     assert len(r.steps) + len(r.elided) == 200
 
 
@@ -72,5 +75,75 @@ def test_transcript_fence_cannot_be_closed_from_inside():
 
 
 def test_config_rejects_tiny_caps():
-    with pytest.raises(ValueError, match="max_tokens=10"):
+    with pytest.raises(ConfigError, match="max_tokens=10"):
         RenderConfig(max_tokens=10)
+
+
+POLICY = "\n".join(
+    [
+        "# Airline policy\nYou help users book, modify and cancel flights.\n",
+        "## Baggage\n" + "Baggage allowance rules. " * 80,
+        "## Book flight\nBefore book_reservation, check the user's payment methods. " * 20,
+        "## Modify flight\nupdate_reservation_flights keeps origin and destination. " * 20,
+        "## Cancel flight\nCancellation rules. " * 80,
+    ]
+)
+
+
+def test_policy_keeps_the_sections_the_tool_calls_touch_and_names_the_rest():
+    from trace_diagnose.schema import TaskContext, ToolCall
+
+    t = Trajectory(
+        traj_id="p",
+        task_id="p",
+        source_format="x",
+        source_path="x",
+        task=TaskContext(policy=POLICY),
+        steps=[
+            Step(index=0, source="user", message="change my flight"),
+            Step(
+                index=1,
+                source="agent",
+                tool_calls=[ToolCall(name="update_reservation_flights", arguments={})],
+            ),
+        ],
+    )
+    r = render(t, RenderConfig(policy_chars=3000))
+    assert "update_reservation_flights keeps origin" in r.text  # the touched section
+    assert "You help users book" in r.text  # the preamble
+    assert "Baggage allowance rules" not in r.text
+    assert "[policy section omitted: Baggage]" in r.text
+    assert "Baggage" in r.cuts["policy_sections_omitted"]
+    assert "Modify flight" not in r.cuts["policy_sections_omitted"]
+    assert r.text.index("[Abridged for length: policy sections omitted") > 0
+    assert render(t, RenderConfig(policy_chars=20000)).cuts.get("policy_sections_omitted") is None
+
+
+def test_long_swe_runs_keep_edits_and_test_runs_and_summarise_the_rest():
+    from trace_diagnose.schema import ToolCall
+
+    steps = [Step(index=0, source="user", message="fix the bug")]
+    for i in range(1, 121):
+        if i % 2:
+            cmd = "grep -rn foo src/ " + "x" * 300
+            if i == 41:
+                cmd = "sed -i 's/a - b/a + b/' calc.py"
+            if i == 81:
+                cmd = "python -m pytest tests/test_calc.py -q"
+            steps.append(
+                Step(
+                    index=i,
+                    source="agent",
+                    tool_calls=[ToolCall(name="bash", arguments={"command": cmd})],
+                )
+            )
+        else:
+            steps.append(Step(index=i, source="environment", message=f"output {i} " + "y" * 400))
+    t = Trajectory(traj_id="s", task_id="s", source_format="x", source_path="x", steps=steps)
+    r = render(t, RenderConfig(max_tokens=2500))
+    assert r.tokens <= 2500
+    for must in (0, 1, 119, 120, 41, 42, 81, 82):  # ends, the edit, the test run, their results
+        assert must in r.steps, must
+    assert "summarised" in r.text and "grep -rn foo" in r.text.split("summarised", 1)[1]
+    assert r.cuts["steps_summarised"] == len(r.elided) > 50
+    assert "of 121 steps summarised" in r.cut_note

@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import IngestError, UnknownFormatError
 from ..schema import Trajectory
 from . import openai_jsonl, swe, tau2, trace_gym
-from .common import load_json, uncompressed_name
+from .common import Skips, load_json, uncompressed_name
 
 FORMATS = ("tau2", "openai_jsonl", "mini_swe_agent", "swe_agent", "trace_gym")
 REPORT = "swebench_report"
@@ -73,6 +73,8 @@ def _detect_file(path: Path) -> str:
             "nor OpenAI chat records (a 'messages' list)"
         )
     if name.endswith(".json"):
+        if name == "results.json" and (path.parent / "simulations").is_dir():
+            return "tau2"  # the directory layout, given by its results file
         data = load_json(path)
         if tau2.looks_like(data):
             return "tau2"
@@ -117,15 +119,30 @@ def ingest(
     fmt: str = "auto",
     swebench_report: str | Path | None = None,
     success_threshold: float = 1.0,
+    strict: bool = False,
+    skipped: list[str] | None = None,
 ) -> list[Trajectory]:
-    """Read every input into `Trajectory` objects (excluded ones included, with reasons)."""
+    """Read every input into `Trajectory` objects (excluded ones included, with reasons).
+
+    A file, line or record that cannot be read is skipped with a warning naming it, and its
+    reason appended to `skipped`; `strict=True` raises on the first one instead. When
+    nothing at all could be read, the first problem is raised."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     if fmt != "auto" and fmt not in FORMATS:
         raise IngestError(f"unknown --format {fmt!r}; choose auto or one of {', '.join(FORMATS)}")
+    skips = Skips(strict)
     pairs: list[tuple[Path, str]] = []
     for p in paths:
-        pairs.extend([(Path(p), fmt)] if fmt != "auto" else detect_format(Path(p)))
+        if fmt != "auto":
+            pairs.append((Path(p), fmt))
+            continue
+        try:
+            pairs.extend(detect_format(Path(p)))
+        except IngestError as exc:
+            if strict:
+                raise
+            skips.skip(str(exc))
     reports = [p for p, f in pairs if f == REPORT]
     if swebench_report is not None:
         reports.append(Path(swebench_report))
@@ -136,7 +153,23 @@ def ingest(
     report = swe.SweReport(reports[0] if reports else None)
     trajectories: list[Trajectory] = []
     for path, kind in pairs:
-        trajectories.extend(_read(path, kind, report, success_threshold))
+        try:
+            trajectories.extend(_read(path, kind, report, success_threshold, skips))
+        except IngestError as exc:
+            if strict:
+                raise
+            skips.skip(str(exc))
+    if skipped is not None:
+        skipped.extend(skips.items)
+    if not trajectories and skips.items:
+        more = f" ({len(skips.items) - 1} more problems)" if len(skips.items) > 1 else ""
+        raise IngestError(f"no trajectory could be read: {skips.items[0]}{more}")
+    skips.warn()
+    for t in trajectories:
+        if t.usable and not any(s.message.strip() or s.tool_calls for s in t.steps):
+            t.outcome = t.outcome.model_copy(
+                update={"status": "excluded", "exclusion_reason": "empty trajectory: no messages"}
+            )
     _make_ids_unique(trajectories)
     if redact:
         patterns = _compile(redact)
@@ -144,15 +177,17 @@ def ingest(
     return trajectories
 
 
-def _read(path: Path, kind: str, report: swe.SweReport, threshold: float) -> list[Trajectory]:
+def _read(
+    path: Path, kind: str, report: swe.SweReport, threshold: float, skips: Skips
+) -> list[Trajectory]:
     if kind == REPORT:
         return []
     if kind == "tau2":
-        return tau2.read(path)
+        return tau2.read(path, skips)
     if kind == "openai_jsonl":
-        return openai_jsonl.read(path, threshold)
+        return openai_jsonl.read(path, threshold, skips)
     if kind == "trace_gym":
-        return trace_gym.read(path)
+        return trace_gym.read(path, skips)
     if kind == "mini_swe_agent":
         return swe.read_mini(path, report)
     if kind == "swe_agent":

@@ -1,14 +1,57 @@
-"""Helpers every reader shares: tolerant JSON loading with clear errors, content flattening."""
+"""Helpers every reader shares: tolerant JSON loading with clear errors, content flattening,
+and `Skips`, which decides whether a bad file, line or record aborts the ingest or is left out."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import logging
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..errors import IngestError
+
+log = logging.getLogger("trace_diagnose")
+
+
+class Skips:
+    """Problems met while reading. `strict`: the first one raises `IngestError`; otherwise each
+    is recorded in `items` (naming the file and line) and skipped; `warn()` logs them."""
+
+    def __init__(self, strict: bool = False) -> None:
+        self.strict = strict
+        self.items: list[str] = []
+
+    def skip(self, reason: str) -> None:
+        """Record a problem (or raise it when strict)."""
+        if self.strict:
+            raise IngestError(reason)
+        self.items.append(reason)
+
+    def warn(self) -> None:
+        """Log one warning per skipped item."""
+        for reason in self.items:
+            log.warning("skipped %s", reason)
+
+    @contextmanager
+    def guard(self, where: str) -> Iterator[None]:
+        """Run one record's conversion; a malformed record is skipped (or raised when strict)."""
+        try:
+            yield
+        except IngestError as exc:
+            self.skip(str(exc))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first.get("loc", ()))
+            self.skip(f"{where}: invalid field {field}: {first['msg']}")
+        except (TypeError, AttributeError, KeyError, ValueError) as exc:
+            # hostile shapes (a string where an object belongs, ...) get one line, not a traceback
+            self.skip(f"{where}: malformed record ({type(exc).__name__}: {str(exc)[:120]})")
 
 
 def read_text(path: Path) -> str:
@@ -43,8 +86,10 @@ def load_json(path: Path) -> Any:
         ) from exc
 
 
-def load_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """Parse a JSON Lines file into (line number, object) pairs; blank lines are skipped."""
+def load_jsonl(path: Path, skips: Skips | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """Parse a JSON Lines file into (line number, object) pairs; blank lines are skipped, and
+    broken lines go to `skips` (raised when it is None or strict)."""
+    skips = skips or Skips(strict=True)
     try:
         lines = read_text(path).splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -56,9 +101,11 @@ def load_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise IngestError(f"{path}:{lineno}: broken JSON line: {exc.msg}") from exc
+            skips.skip(f"{path}:{lineno}: broken JSON line: {exc.msg}")
+            continue
         if not isinstance(obj, dict):
-            raise IngestError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            skips.skip(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            continue
         rows.append((lineno, obj))
     return rows
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import IngestError
 from ..schema import Outcome, Step, TaskContext, ToolCall, Trajectory
-from .common import content_text, load_jsonl, parse_arguments, require
+from .common import Skips, content_text, load_jsonl, parse_arguments, require
 
 FORMAT = "openai_jsonl"
 _ROLE_TO_SOURCE = {
@@ -95,29 +95,50 @@ def outcome_from(reward: Any, success: Any, excluded: Any, threshold: float) -> 
     return Outcome(reward=reward_f, success=ok, status="success" if ok else "failure")
 
 
-def read(path: Path, success_threshold: float = 1.0) -> list[Trajectory]:
-    """Read an OpenAI chat JSONL file."""
+def read(
+    path: Path, success_threshold: float = 1.0, skips: Skips | None = None
+) -> list[Trajectory]:
+    """Read an OpenAI chat JSONL file.
+
+    Lines without `id` or `trial` that repeat a `task_id` are attempts at the same task: they
+    get an attempt index (`trial` 0, 1, ... in file order, id `<task_id>#<attempt>`), which is
+    what contrastive analysis pairs on."""
+    skips = skips or Skips(strict=True)
+    rows = load_jsonl(path, skips)
+    anonymous: dict[str, int] = {}
+    for lineno, obj in rows:
+        if not obj.get("id") and obj.get("trial") is None:
+            key = str(obj.get("task_id", lineno))
+            anonymous[key] = anonymous.get(key, 0) + 1
+    attempts: dict[str, int] = {}
     out = []
-    for lineno, obj in load_jsonl(path):
+    for lineno, obj in rows:
         where = f"{path}:{lineno}"
-        task_id = str(obj.get("task_id", obj.get("id", lineno)))
-        trial = obj.get("trial")
-        steps = steps_from_messages(require(obj, "messages", where), where)
-        native = str(obj.get("id") or (f"{task_id}#{trial}" if trial is not None else task_id))
-        instruction = next((s.message for s in steps if s.source == "user"), None)
-        out.append(
-            Trajectory(
-                traj_id=native,
-                task_id=task_id,
-                trial=trial if isinstance(trial, int) else None,
-                source_format=FORMAT,
-                source_path=str(path),
-                agent=(obj.get("metadata") or {}).get("agent"),
-                outcome=outcome_from(
-                    obj.get("reward"), obj.get("success"), obj.get("excluded"), success_threshold
-                ),
-                task=TaskContext(instruction=instruction),
-                steps=steps,
+        with skips.guard(where):
+            task_id = str(obj.get("task_id", obj.get("id", lineno)))
+            trial = obj.get("trial")
+            if not obj.get("id") and trial is None and anonymous.get(task_id, 0) > 1:
+                trial = attempts.get(task_id, 0)
+                attempts[task_id] = trial + 1
+            steps = steps_from_messages(require(obj, "messages", where), where)
+            native = str(obj.get("id") or (f"{task_id}#{trial}" if trial is not None else task_id))
+            instruction = next((s.message for s in steps if s.source == "user"), None)
+            out.append(
+                Trajectory(
+                    traj_id=native,
+                    task_id=task_id,
+                    trial=trial if isinstance(trial, int) else None,
+                    source_format=FORMAT,
+                    source_path=str(path),
+                    agent=(obj.get("metadata") or {}).get("agent"),
+                    outcome=outcome_from(
+                        obj.get("reward"),
+                        obj.get("success"),
+                        obj.get("excluded"),
+                        success_threshold,
+                    ),
+                    task=TaskContext(instruction=instruction),
+                    steps=steps,
+                )
             )
-        )
     return out

@@ -97,6 +97,13 @@ def read_mini(path: Path, report: SweReport) -> list[Trajectory]:
         elif role in ("system", "user"):
             seen_task = seen_task or role == "user"
             steps.append(Step(index=i, source=role, message=text))
+        elif role == "exit":
+            # mini-swe-agent >= 1.x ends every run with an `exit` message (its exit status, and
+            # the submission when there is one): how the run ended, shown as the environment.
+            status = extra.get("exit_status") or "exit"
+            steps.append(
+                Step(index=i, source="environment", message=f"[run ended: {status}] {text}")
+            )
         else:
             raise IngestError(f"{path}: message {i} has unknown role {role!r}")
     info = data.get("info") or {}
@@ -136,8 +143,19 @@ def read_swe_agent(path: Path, report: SweReport) -> list[Trajectory]:
     if isinstance(data.get("attempts"), list) and data["attempts"]:
         chosen = info.get("best_attempt_idx", len(data["attempts"]) - 1)
         data = data["attempts"][chosen]
-    if not isinstance(data.get("trajectory"), list):
-        raise IngestError(f"{path}: SWE-agent trajectory needs a 'trajectory' list")
+    if isinstance(data.get("trajectory"), list):
+        steps = _steps_from_trajectory(data)
+    elif isinstance(data.get("history"), list):
+        steps = _steps_from_history(data["history"], path)
+    else:
+        raise IngestError(f"{path}: SWE-agent trajectory needs a 'trajectory' or 'history' list")
+    iid = path.name.removesuffix(".traj")
+    return [
+        _swe_trajectory(iid, path, SWE_AGENT_FORMAT, steps, report, info or data.get("info") or {})
+    ]
+
+
+def _steps_from_trajectory(data: dict[str, Any]) -> list[Step]:
     history = [h for h in data.get("history") or [] if not h.get("is_demo")]
     task = next((content_text(h.get("content")) for h in history if h.get("role") == "user"), "")
     steps = [Step(index=0, source="user", message=task)]
@@ -157,10 +175,44 @@ def read_swe_agent(path: Path, report: SweReport) -> list[Trajectory]:
                 index=len(steps), source="environment", message=str(entry.get("observation") or "")
             )
         )
-    iid = path.name.removesuffix(".traj")
-    return [
-        _swe_trajectory(iid, path, SWE_AGENT_FORMAT, steps, report, info or data.get("info") or {})
-    ]
+    return steps
+
+
+def _steps_from_history(history: list[Any], path: Path) -> list[Step]:
+    """A `.traj` holding only the model's message history (no `trajectory` list): system and
+    task first, then assistant turns (thought and action, or tool calls) and observations."""
+    steps: list[Step] = []
+    seen_task = False
+    for i, h in enumerate(history):
+        if not isinstance(h, dict):
+            raise IngestError(f"{path}: history entry {i} is not an object")
+        if h.get("is_demo"):
+            continue
+        role = h.get("role")
+        text = content_text(h.get("content"))
+        if role == "assistant":
+            calls = [
+                ToolCall(
+                    id=tc.get("id"),
+                    name=str((tc.get("function") or {}).get("name", "bash")),
+                    arguments=parse_arguments((tc.get("function") or {}).get("arguments")),
+                )
+                for tc in h.get("tool_calls") or []
+            ]
+            if not calls and h.get("action"):
+                calls = [ToolCall(name="bash", arguments={"command": str(h["action"]).strip()})]
+            message = str(h.get("thought") or text)
+            steps.append(Step(index=len(steps), source="agent", message=message, tool_calls=calls))
+        elif role == "tool":
+            steps.append(Step(index=len(steps), source="tool", message=text))
+        elif role == "user" and seen_task:
+            steps.append(Step(index=len(steps), source="environment", message=text))
+        elif role in ("system", "user"):
+            seen_task = seen_task or role == "user"
+            steps.append(Step(index=len(steps), source=role, message=text))
+        else:
+            raise IngestError(f"{path}: history entry {i} has unknown role {role!r}")
+    return steps
 
 
 def _swe_trajectory(
