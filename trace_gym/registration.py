@@ -16,6 +16,7 @@ from typing import Any
 import gymnasium as gym
 import yaml
 
+from trace_gym import user_envs
 from trace_gym.errors import RegistryError, UnknownEnvError
 
 PACKAGE_REGISTRY = Path(__file__).with_name("envs_registry.yaml")
@@ -70,6 +71,8 @@ def load_registry(path: str | Path | None = None) -> list[EnvEntry]:
                 kwargs=dict(row.get("kwargs") or {}),
             )
         )
+    if path is None:  # and the user environment folders named by TRACE_GYM_PATH
+        entries += user_envs.user_entries({e.id for e in entries})
     return entries
 
 
