@@ -12,8 +12,8 @@ per order), credit each eligible order its points and tell the customer the tota
 | check | weight | passes when |
 |---|---|---|
 | ``points`` | 0.6 | partial: share of eligible orders credited exactly their points |
-| ``read_first`` | 0.2 | partial: share of the profile and orders read before the first credit |
-| ``told_total`` | 0.2 | the last message states the total credited |
+| ``read_first`` | 0.2 | partial: share of the profile and orders read before the first credit (0 without a right credit) |
+| ``told_total`` | 0.2 | every order credited right and the last message states the total |
 | ``no_ineligible_credit`` (gate) | 0 | no order outside the policy was credited |
 
 An episode without a credit reached no decision and scores 0.
@@ -37,7 +37,7 @@ from typing import Any
 from trace_gym.core.env import EpisodeState
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
-from trace_gym.core.tools import Tool, ToolRefusal, object_schema
+from trace_gym.core.tools import Tool, object_schema
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs.commerce_common import DoneWhenUser, call
 from trace_gym.world.generate import draw_now, new_customer, new_order
@@ -53,9 +53,8 @@ RATES = {"regular": 2, "silver": 3, "gold": 4}
 
 # -- the tool this capability needs (the shared vocabulary has no loyalty ledger) -------------
 def credit_loyalty_points(world: World, order_id: str, points: int) -> dict[str, Any]:
+    # tools enforce the world's physics, never the policy: crediting twice is the agent's call
     order = world.get("orders", order_id)
-    if order.get("points_credited"):
-        raise ToolRefusal(f"order {order_id} has already been credited")
     order["points_credited"] = True
     customer = world.get("customers", order["customer_id"])
     customer["loyalty_points"] = customer.get("loyalty_points", 0) + points
@@ -187,13 +186,16 @@ def verify(task: LoyaltyTask, ep: EpisodeState) -> Verification:
     needed = {("customers", task.customer_id)} | {("orders", o) for o in task.order_ids}
     total = sum(task.expected.values())
     told = [int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", ep.final_text[:4000])]
+    # reading and reporting earn credit only beside right credits: no pay for process alone
+    read_share = fraction(len(needed & seen), len(needed)) if right else 0.0
+    told_right = total in told and given == task.expected
     checks = (
         Check("points", CAPABILITY, fraction(len(right), len(task.expected)), 0.6,
               expected=task.expected, actual=given),
-        Check("read_first", CAPABILITY, fraction(len(needed & seen), len(needed)), 0.2,
+        Check("read_first", CAPABILITY, read_share, 0.2,
               message="profile and every order read before the first credit"),
-        Check("told_total", CAPABILITY, float(total in told), 0.2, expected=total,
-              actual=told[:20]),
+        Check("told_total", CAPABILITY, float(told_right), 0.2, expected=total, actual=told[:20],
+              message="the total credited, stated after crediting exactly the points owed"),
         Check("no_ineligible_credit", CAPABILITY, float(not wrong_orders), 0.0, gate=True,
               expected=[], actual=wrong_orders, message="credited an order that earns nothing"),
     )  # fmt: skip
