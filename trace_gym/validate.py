@@ -10,11 +10,12 @@ cannot reach anything. Each gate reports pass/fail and a reason:
 =====================  ========================================================================
 gate                   passes when
 =====================  ========================================================================
-``loads``              the target builds a trace_gym environment; ``check_env`` passes;
-                       observations, rewards and ``info`` stay in their declared spaces
+``loads``              the target builds a trace_gym environment; observations, rewards and
+                       ``info`` stay in their declared spaces
 ``novel``              (``--novelty``) its tasks are not a near-duplicate of a registered one
 ``determinism``        same seed, same task and oracle episode; same task hashes in processes
                        with other ``PYTHONHASHSEED`` values
+``check_env``          ``gymnasium.utils.env_checker.check_env`` passes
 ``splits``             train, eval and test share no task
 ``oracle``             the oracle scores 1.0 on every sampled seed and difficulty
 ``reward_agrees``      the reward ``step`` returns equals the verification ``info`` reports
@@ -52,6 +53,7 @@ GATES = (
     "loads",
     "novel",
     "determinism",
+    "check_env",
     "splits",
     "oracle",
     "reward_agrees",
@@ -166,18 +168,27 @@ def validate(
                 timeout=timeout_s,
                 preexec_fn=_limits(cpu_s, memory_mb),
             )
-            crash = None if out.is_file() else _tail(proc.stderr)
+            finished = proc.returncode == 0 and _read(out)
+            crash = None if finished else _tail(proc.stderr) or f"exit status {proc.returncode}"
             if crash is not None and proc.returncode < 0:
                 crash = f"killed by signal {-proc.returncode} (CPU {cpu_s}s / memory {memory_mb} MB limit?): {crash}"
         except subprocess.TimeoutExpired:
             crash = f"exceeded the wall-clock limit of {timeout_s:.0f}s"
         if crash is not None:
             gates = [Gate("sandbox", "fail", f"the validation process failed: {crash}")]
-            if out.is_file():  # a partial report (written as gates finish) still tells a lot
-                gates = _gates_from(json.loads(out.read_text())) + gates
+            # a partial report (written as gates finish) still tells a lot
+            gates = _gates_from(_read(out)) + gates
             return Report(target, gates, seconds=time.monotonic() - started)
-        data = json.loads(out.read_text())
+        data = _read(out)
     return Report(target, _gates_from(data), data.get("env", {}), time.monotonic() - started)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The child's report, or {} when it wrote none (or was killed while writing)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _gates_from(data: dict[str, Any]) -> list[Gate]:
@@ -257,7 +268,6 @@ class _Gates:
 
     def loads(self) -> str:
         from trace_gym.core.env import TraceEnv
-        from trace_gym.testing import check_gymnasium_env_checker
 
         self.env_id, factory = load_target(self.target)
         env = factory()
@@ -273,7 +283,6 @@ class _Gates:
             "description": getattr(spec, "description", (type(inner).__doc__ or "").strip()),
             "tags": list(getattr(spec, "tags", ())),
         }
-        check_gymnasium_env_checker(self.env_id)
         from trace_gym.agents.baselines import OracleAgent, RandomAgent
 
         for d in DIFFICULTIES:
@@ -313,6 +322,12 @@ class _Gates:
         check_determinism(self.env_id)
         _cross_process(self.target, 3 if self.quick else 5)
         return "same tasks and episodes per seed, and across processes"
+
+    def check_env(self) -> str:
+        from trace_gym.testing import check_gymnasium_env_checker
+
+        check_gymnasium_env_checker(self.env_id)
+        return "gymnasium's env checker passes"
 
     def splits(self) -> str:
         from trace_gym.testing import check_split_disjointness
