@@ -69,8 +69,10 @@ GATES = (
 DIFFICULTIES = (0.0, 0.5, 1.0)
 MONOTONE_TOLERANCE = 0.1
 """How much better a fixed agent may do on a harder difficulty (sampling noise)."""
-NEAR_DUPLICATE = 0.85
-"""Fingerprint similarity at or above which a new environment duplicates a registered one."""
+NEAR_DUPLICATE = 0.82
+"""Fingerprint similarity at or above which a new environment duplicates a registered one
+(over 16 seeds: a copy of precondition scores 0.92; the closest shipped pair, policy-pressure
+and precondition, 0.72)."""
 SMOKE_ROLLOUTS, SMOKE_MAX_SUCCESS = 10, 0.5
 DEFAULT_MEMORY_MB = 4096
 CHILD_FLAG = "--child"
@@ -569,7 +571,7 @@ _MASKS = (
 )
 
 
-def fingerprint(env_id: str, seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, Any]:
+def fingerprint(env_id: str, seeds: tuple[int, ...] = tuple(range(16))) -> dict[str, Any]:
     """What a task looks like with its particulars masked: tool names and word 3-grams of the
     system prompt and the opening request (ids, numbers, dates and names masked)."""
     from trace_gym.testing import make_env
