@@ -262,7 +262,7 @@ def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--strict", action="store_true", help="exit with status 1 when the report is rejected"
     )
-    p.set_defaults(func=calibrate_command)
+    p.set_defaults(fn=calibrate_command)
     return p
 
 

@@ -9,6 +9,9 @@ Examples::
     trace-gym score trace/precondition-v0 --episodes runs/episodes.jsonl
     trace-gym calibrate trace/precondition-v0 --agent random --seeds 100 --group 16
     trace-gym serve trace/precondition-v0 --port 8000 --max-sessions 64   # [serve] extra
+    trace-gym validate trace/precondition-v0 --quick
+    trace-gym synthesize --capability loyalty_points_calculation --definition "..." \
+        --llm openai/gpt-4o-mini --out my_envs
 
 Commands are thin: they parse options, call the library function a user could call, and
 print. Known errors print one line (``TRACE_DEBUG=1`` shows the traceback).
@@ -200,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_calibrate_parser(sub)
+    from trace_gym.synthesize import add_synthesize_parser
+    from trace_gym.validate import add_validate_parser
+
+    add_validate_parser(sub)
+    add_synthesize_parser(sub)
     return parser
 
 

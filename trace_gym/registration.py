@@ -16,6 +16,7 @@ from typing import Any
 import gymnasium as gym
 import yaml
 
+from trace_gym import user_envs
 from trace_gym.errors import RegistryError, UnknownEnvError
 
 PACKAGE_REGISTRY = Path(__file__).with_name("envs_registry.yaml")
@@ -41,6 +42,7 @@ class EnvEntry:
 
 def load_registry(path: str | Path | None = None) -> list[EnvEntry]:
     """Parse and check the registry file (default: the one shipped with the package)."""
+    with_user_envs = path is None
     path = Path(path) if path is not None else PACKAGE_REGISTRY
     try:
         data = yaml.safe_load(path.read_text())
@@ -70,6 +72,8 @@ def load_registry(path: str | Path | None = None) -> list[EnvEntry]:
                 kwargs=dict(row.get("kwargs") or {}),
             )
         )
+    if with_user_envs:  # and the user environment folders named by TRACE_GYM_PATH
+        entries += user_envs.user_entries({e.id for e in entries})
     return entries
 
 

@@ -1,0 +1,263 @@
+"""The environment contract: one :class:`CapabilitySpec` per capability, one engine to run it.
+
+Read this module first when you write an environment (by hand or by synthesis). An
+environment is a spec, a value of plain functions over a *task* (a frozen dataclass the
+generator returns; it is hashed, so keep it JSON data):
+
+==================  =============================================================================
+field               what it is
+==================  =============================================================================
+``id``              gymnasium id, ``trace/<name>-v<N>``; a version freezes what a seed means
+``capability``      the snake_case capability the environment trains (one per environment)
+``description``     one line (the registry's description)
+``config``          a frozen dataclass subclassing :class:`SpecConfig`; fields declared with
+                    :func:`knob` (default, bounds) and ``knobs(difficulty) -> {field: value}``
+``generate``        ``(rng: StableRNG, config) -> task``; pure: the same rng state gives the
+                    same task. Draw everything from ``rng``; never from ``random``/time/``hash``
+``world``           ``(task) -> World``: the records the tools act on (default: ``task.world``)
+``tools``           tool names from :data:`trace_gym.world.tools.VOCABULARY`, or :class:`Tool`
+                    objects for tools the vocabulary lacks
+``instructions``    ``(task) -> str``: what the system prompt says after the shared preamble
+                    (the policy, what is known, how to finish)
+``hint``            ``(task) -> str``: abstract advice (no tool arguments, no answers)
+``user``            ``(task) -> ScriptedUser``: the deterministic customer
+``verify``          ``(task, episode) -> Verification``: pure; weighted named checks, gates for
+                    forbidden actions, ``decided=False`` when the episode reached no decision
+``oracle``          ``(task) -> [action, ...]``: assistant turns that score 1.0
+``features``        ``(task) -> dict``: what the task contains (for difficulty analysis)
+``lapse``           optional ``(segment, rng) -> actions``: how an agent lacking the capability
+                    gets the task wrong (the deficit agent uses it)
+``listed_rules``    optional ``(task) -> [rule code]``: codes the system prompt lists
+``requested_call``  optional ``(task) -> {"name", "arguments"} | None``: the write the
+                    customer asks for, with arguments exactly as the customer states them
+``information_free_exempt``  policy name -> why that information-free policy does not apply
+==================  =============================================================================
+
+``SPEC(**kwargs)`` builds the environment (so ``"module:SPEC"`` is a gymnasium entry point),
+and ``trace-gym validate module:SPEC`` runs every gate on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from trace_gym.core.config import apply_overrides
+from trace_gym.core.env import EpisodeState, TraceEnv
+from trace_gym.core.seeding import StableRNG
+from trace_gym.core.tools import Tool, ToolSet
+from trace_gym.core.user import ScriptedUser
+from trace_gym.core.verify import Verification
+from trace_gym.errors import ConfigError
+from trace_gym.world.model import World
+
+AGENT_PREAMBLE = "You are a customer-service agent for Tracewell, an online shop and travel agency."
+"""The first sentence of every customer-service system prompt (said once, here)."""
+ID_PATTERN = re.compile(r"^[a-z0-9_.-]+/[a-z0-9_.-]+-v(\d+)$")
+CAPABILITY_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+# -- config ------------------------------------------------------------------------------------
+def knob(
+    default: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    choices: tuple[Any, ...] | None = None,
+    doc: str = "",
+) -> Any:
+    """A config field with its bounds: ``low <= value <= high`` for numbers, and for
+    ``choices`` the value (or every member of a tuple value, at least one) is a choice."""
+    return field(
+        default=default, metadata={"low": low, "high": high, "choices": choices, "doc": doc}
+    )
+
+
+def check_knobs(config: Any) -> None:
+    """Raise :class:`ConfigError` naming the field when a value breaks its declared bounds."""
+    what = type(config).__name__
+    for f in dataclasses.fields(config):
+        meta, value = f.metadata, getattr(config, f.name)
+        if meta.get("choices") is not None:
+            members = value if isinstance(value, tuple) else (value,)
+            bad = [m for m in members if m not in meta["choices"]]
+            if bad or not members:
+                raise ConfigError(
+                    f"{what}.{f.name} must be {'a non-empty tuple of ' if isinstance(value, tuple) else ''}"
+                    f"{list(meta['choices'])}, got {value!r}"
+                )
+        low, high = meta.get("low"), meta.get("high")
+        if low is None and high is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{what}.{f.name} must be a number, got {value!r}")
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ConfigError(f"{what}.{f.name} must be in [{low}, {high}], got {value!r}")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Base of generator configs: bounds are checked once, here, for every :func:`knob`."""
+
+    def __post_init__(self) -> None:
+        check_knobs(self)
+
+    @classmethod
+    def knobs(cls, difficulty: float) -> dict[str, Any]:
+        """Field values at ``difficulty`` in [0, 1] (fields left out keep their default)."""
+        return {}
+
+    @classmethod
+    def from_difficulty(cls, difficulty: float, overrides: Mapping[str, Any]) -> Any:
+        """The config at ``difficulty`` with the user's ``reset(options={"config": ...})``."""
+        return apply_overrides(cls(**cls.knobs(difficulty)), dict(overrides), cls.__name__)
+
+
+# -- the spec ----------------------------------------------------------------------------------
+def task_world(task: Any) -> World:
+    """The default ``world`` hook: a fresh copy of ``task.world``."""
+    return World.from_dict(task.world)
+
+
+def no_features(task: Any) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class CapabilitySpec:
+    """One environment, declared (see the module docstring for every field)."""
+
+    id: str
+    capability: str
+    description: str
+    config: type
+    generate: Callable[[StableRNG, Any], Any]
+    verify: Callable[[Any, EpisodeState], Verification]
+    oracle: Callable[[Any], list[Any]]
+    user: Callable[[Any], ScriptedUser]
+    instructions: Callable[[Any], str]
+    hint: Callable[[Any], str]
+    tools: tuple[str | Tool, ...]
+    features: Callable[[Any], dict[str, Any]] = no_features
+    world: Callable[[Any], World] = task_world
+    max_turns: int = 12
+    tags: tuple[str, ...] = ()
+    preamble: str = AGENT_PREAMBLE
+    lapse: Callable[[Any, StableRNG], list[Any]] | None = None
+    listed_rules: Callable[[Any], list[str]] | None = None
+    requested_call: Callable[[Any], dict[str, Any] | None] | None = None
+    information_free_exempt: Mapping[str, str] = field(default_factory=dict)
+    env_class: type[SpecEnv] = field(init=False, repr=False, compare=False)
+
+    metadata: ClassVar[dict[str, Any]] = TraceEnv.metadata
+
+    def __post_init__(self) -> None:
+        match = ID_PATTERN.match(self.id)
+        if match is None:
+            raise ConfigError(f"spec id must look like 'trace/<name>-v<N>', got {self.id!r}")
+        if not CAPABILITY_PATTERN.match(self.capability):
+            raise ConfigError(f"capability must be snake_case, got {self.capability!r}")
+        if not (isinstance(self.config, type) and hasattr(self.config, "from_difficulty")):
+            raise ConfigError(f"{self.id}: config must be a class with from_difficulty()")
+        hooks = ("generate", "verify", "oracle", "user", "instructions", "hint", "features")
+        for name in hooks + ("world",):
+            if not callable(getattr(self, name)):
+                raise ConfigError(f"{self.id}: {name} must be callable")
+        if int(self.max_turns) < 2:
+            raise ConfigError(f"{self.id}: max_turns must be >= 2, got {self.max_turns!r}")
+        toolset = ToolSet(resolve_tools(self.tools))
+        if not len(toolset):
+            raise ConfigError(f"{self.id}: a spec needs at least one tool")
+        object.__setattr__(self, "env_class", SpecEnv.for_spec(self, toolset, int(match[1])))
+
+    def __call__(self, **kwargs: Any) -> SpecEnv:
+        """The environment (gymnasium calls this through the entry point ``module:SPEC``)."""
+        return self.env_class(**kwargs)
+
+
+def resolve_tools(tools: tuple[str | Tool, ...]) -> list[Tool]:
+    """Vocabulary names and :class:`Tool` objects as tools, in order."""
+    from trace_gym.world.tools import pick_tools
+
+    out = []
+    for t in tools:
+        if isinstance(t, Tool):
+            out.append(t)
+        else:
+            try:
+                out.extend(pick_tools(str(t)))
+            except KeyError as exc:
+                raise ConfigError(str(exc.args[0])) from None
+    return out
+
+
+# -- the engine --------------------------------------------------------------------------------
+class SpecEnv(TraceEnv):
+    """Runs any :class:`CapabilitySpec`: every hook of :class:`TraceEnv` is the spec's."""
+
+    capability_spec: ClassVar[CapabilitySpec]
+    information_free_exempt: ClassVar[Mapping[str, str]] = {}
+
+    @classmethod
+    def for_spec(cls, spec: CapabilitySpec, tools: ToolSet, version: int) -> type[SpecEnv]:
+        """A subclass bound to ``spec`` (class attributes are what TRL and the suite read)."""
+        name = "".join(p.title() for p in spec.capability.split("_")) + "Env"
+        attrs = {
+            "capability_spec": spec,
+            "env_id": spec.id,
+            "capability": spec.capability,
+            "version": version,
+            "tools": tools,
+            "default_max_turns": int(spec.max_turns),
+            "information_free_exempt": dict(spec.information_free_exempt),
+            "__doc__": spec.description,
+            "__module__": getattr(spec.generate, "__module__", __name__),
+        }
+        return type(name, (cls,), attrs)
+
+    def __init__(self, **kwargs: Any) -> None:
+        spec = self.capability_spec
+        if spec.lapse is not None:
+            from trace_gym.agents.deficit import LAPSES
+
+            LAPSES.setdefault(spec.capability, spec.lapse)
+        super().__init__(**kwargs)
+
+    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> Any:
+        spec = self.capability_spec
+        return spec.generate(rng, spec.config.from_difficulty(difficulty, config))
+
+    def build_world(self, task: Any) -> World:
+        return self.capability_spec.world(task)
+
+    def make_user(self, task: Any) -> ScriptedUser:
+        return self.capability_spec.user(task)
+
+    def system_prompt(self, task: Any) -> str:
+        spec = self.capability_spec
+        now = spec.world(task).now
+        head = f"{spec.preamble} The current time is {now}." if spec.preamble else ""
+        return f"{head}\n\n{spec.instructions(task)}".strip()
+
+    def hint(self, task: Any) -> str:
+        return self.capability_spec.hint(task)
+
+    def verify(self, task: Any, episode: EpisodeState) -> Verification:
+        return self.capability_spec.verify(task, episode)
+
+    def oracle(self, task: Any) -> list[Any]:
+        return self.capability_spec.oracle(task)
+
+    def difficulty_features(self, task: Any) -> dict[str, Any]:
+        return self.capability_spec.features(task)
+
+    def listed_rules(self, task: Any) -> list[str]:
+        fn = self.capability_spec.listed_rules
+        return list(fn(task)) if fn is not None else []
+
+    def requested_call(self, task: Any) -> dict[str, Any] | None:
+        fn = self.capability_spec.requested_call
+        return fn(task) if fn is not None else None
