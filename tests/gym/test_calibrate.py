@@ -93,11 +93,11 @@ def test_cli_hook_prints_and_writes_json(tmp_path, capsys) -> None:
     args = parser.parse_args(
         ["calibrate", ENV, "--agent", "oracle", "--seeds", "2", "--group", "2", "--json", str(out)]
     )
-    assert args.func(args) == 0
+    assert args.fn(args) == 0
     assert "calibration of trace/precondition-v0" in capsys.readouterr().out
     data = json.loads(out.read_text())
     assert data["accepted"] is False and data["n_episodes"] == 4 and data["pass_at_k"]["1"] == 1.0
     strict = parser.parse_args(
         ["calibrate", ENV, "--agent", "oracle", "--seeds", "1", "--group", "1", "--strict"]
     )
-    assert strict.func(strict) == 1
+    assert strict.fn(strict) == 1
