@@ -126,7 +126,12 @@ def _llm_options(p: argparse.ArgumentParser, required: bool = True) -> None:
         action="store_true",
         help="print calls, tokens and cost still to spend, then stop",
     )
-    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (terminal) or progress lines (piped output, every 10%% or 30 s); "
+        "the final summary line stays",
+    )
 
 
 def _llm_config(args: argparse.Namespace) -> Any:
@@ -418,7 +423,7 @@ def _print_seen(run_dir: str | Path) -> None:
         )
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _cmd_run(args: argparse.Namespace, budget: Any) -> int:
     from . import run
 
     llm = _llm_config(args)
@@ -454,6 +459,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         show_progress=not args.no_progress,
         max_unlabelled=args.max_unlabelled,
         strict=args.strict,
+        budget=budget,
     )
     _print_seen(args.out)
     _print_analysis(result)
@@ -493,11 +499,28 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    """Run the command; LLM commands end with the one-line summary of their calls (on
+    stdout, so that an error stays the single line on stderr), after a stop too."""
+    from .llm import Budget
+
+    uses_llm = getattr(args, "model", None) and not getattr(args, "dry_run", False)
+    budget = Budget(args.max_cost) if uses_llm else None
+    ok = False
+    try:
+        code = _dispatch_command(args, budget)
+        ok = True
+        return code
+    finally:
+        if budget is not None and (ok or budget.calls + budget.failed + budget.cache_hits):
+            print(budget.summary(), flush=True)
+
+
+def _dispatch_command(args: argparse.Namespace, budget: Any) -> int:
     from . import run
 
     cmd = args.command
     if cmd == "run":
-        return _cmd_run(args)
+        return _cmd_run(args, budget)
     if cmd == "analyze":
         return _cmd_analyze(args)
     if cmd == "ingest":
@@ -532,6 +555,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             args.n_sample,
             args.force,
             not args.no_progress,
+            budget,
         )
         print("\n".join(c.name for c in caps))
     elif cmd == "label":
@@ -541,13 +565,14 @@ def _dispatch(args: argparse.Namespace) -> int:
             args.n_runs,
             _render_config(args),
             not args.no_progress,
+            budget,
             max_unlabelled=args.max_unlabelled,
         )
         print(f"{len(runs)} runs; unlabelled: {len({t for r in runs for t in r.unlabelled})}")
         _print_seen(args.run_dir)
     elif cmd == "map-envs":
         for m in run.stage_map_envs(
-            args.run_dir, _llm_config(args), args.registry, not args.no_progress
+            args.run_dir, _llm_config(args), args.registry, not args.no_progress, budget
         ):
             print(
                 f"{m['capability']}: {', '.join(m['env_ids']) or 'needs a new environment'} ({m['method']})"

@@ -152,7 +152,9 @@ async def map_envs(
         )
         for _, c in pending
     ]
-    results = await run_bounded(jobs, client.config.concurrency, "map-envs", show_progress)
+    results = await run_bounded(
+        jobs, client.config.concurrency, "map-envs", show_progress, client.budget
+    )
     for (i, _), res in zip(pending, results, strict=True):
         if res.value is None:
             out[i]["rationale"] += f"; LLM matching failed: {res.error}"

@@ -235,6 +235,7 @@ def stage_label(
     usable = sum(t.usable for t in trajs)
     seen = [render(t, render_config) for t in trajs if t.usable]
     share = len(unlabelled) / usable if usable else 0.0
+    client.budget.unlabelled, client.budget.usable = len(unlabelled), usable
     _mark(
         rd,
         "label",
@@ -417,11 +418,13 @@ def run_diagnosis(
     show_progress: bool = True,
     max_unlabelled: float = MAX_UNLABELLED,
     strict: bool = False,
+    budget: Budget | None = None,
 ) -> dict[str, Any]:
     """All stages: ingest, render, propose (unless capabilities exist or are given), label,
     analyze, map-envs and report. Returns the analysis. Rerunning resumes from the cache.
 
-    `llm.max_cost` caps the spend of the whole call, every stage together. When more than
+    `llm.max_cost` caps the spend of the whole call, every stage together (pass `budget` to
+    read the calls, cache hits and spend afterwards, even after an error). When more than
     `max_unlabelled` of the trajectories stay unlabelled, the analysis and the report are
     still written (the report says so at the top) and `IncompleteDiagnosis` is raised."""
     if llm is None:
@@ -430,7 +433,7 @@ def run_diagnosis(
         llm = LLMConfig(model=model)
     if n_runs < 1:
         raise ConfigError(f"--n-runs={n_runs}: label at least one run")
-    budget = Budget(llm.max_cost)
+    budget = budget if budget is not None else Budget(llm.max_cost)
     rd = RunDir(run_dir).ensure()
     stage_ingest(rd.path, inputs, redact, fmt, swebench_report, strict=strict)
     stage_render(rd.path, render_config)
