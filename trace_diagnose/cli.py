@@ -249,7 +249,14 @@ def _map_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--registry",
         help="environment registry to match capabilities against (default: the "
-        "repository's envs_registry.yaml)",
+        "repository's envs_registry.yaml plus the folders in TRACE_GYM_PATH)",
+    )
+    p.add_argument(
+        "--min-score",
+        type=SHARE,
+        default=0.3,
+        help="lexical match score (0-1) an environment needs without --model; below it the "
+        "capability needs a new environment (default 0.3)",
     )
 
 
@@ -423,6 +430,16 @@ def _print_seen(run_dir: str | Path) -> None:
         )
 
 
+def _print_matches(run_dir: str | Path) -> None:
+    """The environment of each core capability, with the runner-up candidates."""
+    from .map_envs import describe
+    from .run import RunDir, read_json
+
+    rd = RunDir(run_dir)
+    for m in read_json(rd.env_matches) if rd.env_matches.exists() else []:
+        print(f"environment for {describe(m)}")
+
+
 def _cmd_run(args: argparse.Namespace, budget: Any) -> int:
     from . import run
 
@@ -460,9 +477,11 @@ def _cmd_run(args: argparse.Namespace, budget: Any) -> int:
         max_unlabelled=args.max_unlabelled,
         strict=args.strict,
         budget=budget,
+        min_score=args.min_score,
     )
     _print_seen(args.out)
     _print_analysis(result)
+    _print_matches(args.out)
     print(f"report: {Path(args.out) / 'report.html'}")
     return 0
 
@@ -571,12 +590,17 @@ def _dispatch_command(args: argparse.Namespace, budget: Any) -> int:
         print(f"{len(runs)} runs; unlabelled: {len({t for r in runs for t in r.unlabelled})}")
         _print_seen(args.run_dir)
     elif cmd == "map-envs":
+        from .map_envs import describe
+
         for m in run.stage_map_envs(
-            args.run_dir, _llm_config(args), args.registry, not args.no_progress, budget
+            args.run_dir,
+            _llm_config(args),
+            args.registry,
+            not args.no_progress,
+            budget,
+            args.min_score,
         ):
-            print(
-                f"{m['capability']}: {', '.join(m['env_ids']) or 'needs a new environment'} ({m['method']})"
-            )
+            print(describe(m))
     return 0
 
 
