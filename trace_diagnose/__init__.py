@@ -14,7 +14,7 @@ Public API (every name below is importable from `trace_diagnose`)::
     labels_from_ground_truth(trajectories, capabilities) -> list[LabelRun]   # no LLM
     analyze(runs, descriptions=None, *, rho=0.10, delta=0.20, k_consistency=None,
             trajectories=None) -> dict                           # paper rule + statistics
-    map_envs(capabilities, registry=None, llm=None, cache=None) -> list[dict]
+    map_envs(capabilities, registry=None, llm=None, cache=None, min_score=0.3) -> list[dict]
     write_report(out_dir, analysis, capabilities, env_matches, runs, trajectories) -> paths
 
 Labelling from trace_gym ground truth without an LLM, for the end-to-end loop::
@@ -89,8 +89,11 @@ def map_envs(
     registry: str | Path | None = None,
     llm: LLMConfig | None = None,
     cache: str | Path | None = None,
+    min_score: float = 0.3,
 ) -> list[dict[str, Any]]:
-    """Match capabilities to `envs_registry.yaml` ids (tags first, else the LLM if given).
+    """Match capabilities to environment ids: declared tags first, then the LLM if given,
+    else lexical similarity to the registry's texts (below `min_score`: needs a new
+    environment). Rows list the runner-up `candidates` with their scores.
 
     `cache` is the SQLite file for LLM calls (default: `map_envs_cache.sqlite` in the
     current directory, used only when `llm` is given).
@@ -102,4 +105,4 @@ def map_envs(
         for c in capabilities
     ]
     client = LLMClient(llm, Cache(cache or "map_envs_cache.sqlite")) if llm else None
-    return asyncio.run(_map_envs(caps, registry, client, show_progress=False))
+    return asyncio.run(_map_envs(caps, registry, client, show_progress=False, min_score=min_score))

@@ -126,7 +126,12 @@ def _llm_options(p: argparse.ArgumentParser, required: bool = True) -> None:
         action="store_true",
         help="print calls, tokens and cost still to spend, then stop",
     )
-    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (terminal) or progress lines (piped output, every 10%% or 30 s); "
+        "the final summary line stays",
+    )
 
 
 def _llm_config(args: argparse.Namespace) -> Any:
@@ -244,7 +249,14 @@ def _map_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--registry",
         help="environment registry to match capabilities against (default: the "
-        "repository's envs_registry.yaml)",
+        "repository's envs_registry.yaml plus the folders in TRACE_GYM_PATH)",
+    )
+    p.add_argument(
+        "--min-score",
+        type=SHARE,
+        default=0.3,
+        help="lexical match score (0-1) an environment needs without --model; below it the "
+        "capability needs a new environment (default 0.3)",
     )
 
 
@@ -418,7 +430,17 @@ def _print_seen(run_dir: str | Path) -> None:
         )
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _print_matches(run_dir: str | Path) -> None:
+    """The environment of each core capability, with the runner-up candidates."""
+    from .map_envs import describe
+    from .run import RunDir, read_json
+
+    rd = RunDir(run_dir)
+    for m in read_json(rd.env_matches) if rd.env_matches.exists() else []:
+        print(f"environment for {describe(m)}")
+
+
+def _cmd_run(args: argparse.Namespace, budget: Any) -> int:
     from . import run
 
     llm = _llm_config(args)
@@ -454,9 +476,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         show_progress=not args.no_progress,
         max_unlabelled=args.max_unlabelled,
         strict=args.strict,
+        budget=budget,
+        min_score=args.min_score,
     )
     _print_seen(args.out)
     _print_analysis(result)
+    _print_matches(args.out)
     print(f"report: {Path(args.out) / 'report.html'}")
     return 0
 
@@ -493,11 +518,28 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    """Run the command; LLM commands end with the one-line summary of their calls (on
+    stdout, so that an error stays the single line on stderr), after a stop too."""
+    from .llm import Budget
+
+    uses_llm = getattr(args, "model", None) and not getattr(args, "dry_run", False)
+    budget = Budget(args.max_cost) if uses_llm else None
+    ok = False
+    try:
+        code = _dispatch_command(args, budget)
+        ok = True
+        return code
+    finally:
+        if budget is not None and (ok or budget.calls + budget.failed + budget.cache_hits):
+            print(budget.summary(), flush=True)
+
+
+def _dispatch_command(args: argparse.Namespace, budget: Any) -> int:
     from . import run
 
     cmd = args.command
     if cmd == "run":
-        return _cmd_run(args)
+        return _cmd_run(args, budget)
     if cmd == "analyze":
         return _cmd_analyze(args)
     if cmd == "ingest":
@@ -532,6 +574,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             args.n_sample,
             args.force,
             not args.no_progress,
+            budget,
         )
         print("\n".join(c.name for c in caps))
     elif cmd == "label":
@@ -541,17 +584,23 @@ def _dispatch(args: argparse.Namespace) -> int:
             args.n_runs,
             _render_config(args),
             not args.no_progress,
+            budget,
             max_unlabelled=args.max_unlabelled,
         )
         print(f"{len(runs)} runs; unlabelled: {len({t for r in runs for t in r.unlabelled})}")
         _print_seen(args.run_dir)
     elif cmd == "map-envs":
+        from .map_envs import describe
+
         for m in run.stage_map_envs(
-            args.run_dir, _llm_config(args), args.registry, not args.no_progress
+            args.run_dir,
+            _llm_config(args),
+            args.registry,
+            not args.no_progress,
+            budget,
+            args.min_score,
         ):
-            print(
-                f"{m['capability']}: {', '.join(m['env_ids']) or 'needs a new environment'} ({m['method']})"
-            )
+            print(describe(m))
     return 0
 
 

@@ -137,7 +137,11 @@ async def label_trajectories(
 
     jobs = [(run, t) for run in range(1, n_runs + 1) for t in usable]
     results = await run_bounded(
-        [job(run, t) for run, t in jobs], client.config.concurrency, "label", show_progress
+        [job(run, t) for run, t in jobs],
+        client.config.concurrency,
+        f"label ({n_runs} runs)",
+        show_progress,
+        client.budget,
     )
     runs = {
         r: LabelRun(attempt=r, failed=[], passed=[], labels={c.name: {} for c in capabilities})

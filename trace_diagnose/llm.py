@@ -8,7 +8,8 @@ Public API::
         await client.structured(stage, messages, schema, validate=None, sample=0)
             -> CallResult(value | None, error | None)
         client.estimate_cost(prompt_tokens, output_tokens) -> float | None
-    run_bounded(coroutines, limit, progress_label) -> list   # asyncio concurrency limit
+    run_bounded(coroutines, limit, label, show_progress, budget) -> list  # concurrency limit
+    Budget(cap)                       # one command's spend, calls and cache hits
 
 **Cache and resume.** Every completed request (valid answer or not) is stored under the
 SHA-256 of the exact request (model, decoding parameters, sample index, messages, schema)
@@ -42,6 +43,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -108,11 +110,29 @@ class LLMConfig:
 
 @dataclass
 class Budget:
-    """Spend of one command against its `--max-cost` cap, shared by every stage's client."""
+    """The ledger of one command, shared by every stage's client: spend against the
+    `--max-cost` cap, and the counts its progress output and final summary line show."""
 
     cap: float | None = None
     spent: float = 0.0
     reserved: float = 0.0
+    priced: bool = True  # False once a client had no price: spend shows as unknown
+    calls: int = 0  # requests answered by the model
+    failed: int = 0  # requests that got an error (retried or not)
+    cache_hits: int = 0
+    unlabelled: int | None = None  # set by the label stage: trajectories left unlabelled
+    usable: int | None = None
+
+    def summary(self) -> str:
+        """One line: calls made, cost, cache hits and (after labelling) unlabelled count."""
+        cost = f"{self.spent:.4f} USD" if self.priced else "cost unknown (no price for the model)"
+        line = f"LLM calls: {self.calls} made"
+        if self.failed:
+            line += f" ({self.failed} failed requests)"
+        line += f", {self.cache_hits} from cache, {cost}"
+        if self.unlabelled is not None:
+            line += f"; unlabelled: {self.unlabelled} of {self.usable} trajectories"
+        return line
 
 
 @dataclass
@@ -248,6 +268,8 @@ class LLMClient:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.prices = self._prices()
+        if self.prices is None:
+            self.budget.priced = False
 
     def _prices(self) -> tuple[float, float] | None:
         cfg = self.config
@@ -359,6 +381,7 @@ class LLMClient:
         cached = self.cache.get(key)
         if cached is not None:
             self.cache_hits += 1
+            self.budget.cache_hits += 1
             return cached, None, 0
         if self.config.cache_only:
             raise CacheMiss(
@@ -375,6 +398,7 @@ class LLMClient:
                 if kind in FATAL_KINDS:
                     raise LLMUnavailable(self._fatal_message(kind, exc)) from exc
                 error = f"{type(exc).__name__}: {_short(exc)}"
+                self.budget.failed += 1
                 self.cache.record_error(key, stage, error)
                 if kind != "transient":
                     return None, error, attempt + 1
@@ -383,6 +407,7 @@ class LLMClient:
             finally:
                 self.budget.reserved -= estimate
             self.network_calls += 1
+            self.budget.calls += 1
             text = response.choices[0].message.content or ""
             usage = getattr(response, "usage", None)
             tokens = (
@@ -540,15 +565,18 @@ async def run_bounded(
     limit: int,
     label: str = "",
     show_progress: bool = True,
+    budget: Budget | None = None,
 ) -> list[T]:
     """Run coroutine factories with at most `limit` in flight; results keep input order.
 
-    The first `BudgetExceeded`, `CacheMiss` or `LLMUnavailable` stops new work: running calls
-    finish (and are cached), then it is raised.
+    With `show_progress`, a bar on a terminal and periodic lines when stderr is piped (see
+    `Progress`); `budget` supplies the spend so far. The first `BudgetExceeded`, `CacheMiss`
+    or `LLMUnavailable` stops new work: running calls finish (and are cached), then it is
+    raised.
     """
     sem = asyncio.Semaphore(limit)
     stop: list[BaseException] = []
-    progress = _progress(label, len(factories), show_progress)
+    progress = Progress.start(label, len(factories), show_progress, budget)
 
     async def one(factory: Callable[[], Awaitable[T]]) -> T | None:
         async with sem:
@@ -571,38 +599,97 @@ async def run_bounded(
     return list(results)  # type: ignore[arg-type]
 
 
+PROGRESS_LINE_EVERY_S = 30.0  # piped output: a line at least this often, and every 10 %
+
+
 @dataclass
-class _Progress:
+class Progress:
+    """Progress of one LLM stage on stderr.
+
+    On a terminal: a rich bar with items done, elapsed time, time remaining and the spend of
+    the command so far. Piped (CI, `| tee log`): one plain line per 10 % of the items, or
+    after `PROGRESS_LINE_EVERY_S` seconds without one, so logs show progress without
+    control characters. `mode` is "bar", "lines" or "off".
+    """
+
+    label: str
+    total: int
+    mode: str = "off"
+    budget: Budget | None = None
+    done: int = 0
     bar: Any = None
     task: Any = None
-    done: int = field(default=0)
+    started: float = field(init=False)
+    last_line: float = field(init=False)
+    last_decile: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.started = self.last_line = time.monotonic()
+
+    @classmethod
+    def start(cls, label: str, total: int, show: bool, budget: Budget | None = None) -> Progress:
+        """A progress display fitting stderr (a terminal or not), or an inert one."""
+        if not show or total == 0:
+            return cls(label, total)
+        from rich.console import Console
+
+        console = Console(stderr=True)
+        if not console.is_terminal:
+            return cls(label, total, "lines", budget)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import Progress as RichProgress
+
+        bar = RichProgress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[spent]}"),
+            console=console,
+            transient=True,
+        )
+        bar.start()
+        progress = cls(label, total, "bar", budget, bar=bar)
+        progress.task = bar.add_task(label, total=total, spent=progress.spent())
+        return progress
+
+    def spent(self) -> str:
+        """The command's spend so far, for display."""
+        if self.budget is None:
+            return ""
+        return f"spent {self.budget.spent:.4f} USD" if self.budget.priced else "spend unknown"
+
+    def line(self) -> str:
+        """The piped-mode line for the current state."""
+        elapsed = time.monotonic() - self.started
+        text = f"{self.label}: {self.done}/{self.total} ({100 * self.done // self.total}%)"
+        text += f", {elapsed:.0f}s elapsed"
+        if 0 < self.done < self.total:
+            text += f", ~{elapsed / self.done * (self.total - self.done):.0f}s left"
+        spent = self.spent()
+        return text + (f", {spent}" if spent else "")
 
     def advance(self) -> None:
+        """One item finished (answered, failed or skipped)."""
         self.done += 1
-        if self.bar is not None:
-            self.bar.update(self.task, advance=1)
+        if self.mode == "bar":
+            self.bar.update(self.task, advance=1, spent=self.spent())
+        elif self.mode == "lines":
+            decile = 10 * self.done // self.total
+            now = time.monotonic()
+            if decile > self.last_decile or now - self.last_line >= PROGRESS_LINE_EVERY_S:
+                self.last_decile, self.last_line = decile, now
+                print(f"trace-diagnose: {self.line()}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        """Remove the bar (the final summary line replaces it)."""
         if self.bar is not None:
             self.bar.stop()
-
-
-def _progress(label: str, total: int, show: bool) -> _Progress:
-    if not show or total == 0:
-        return _Progress()
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        return _Progress()
-    bar = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
-    bar.start()
-    return _Progress(bar=bar, task=bar.add_task(label, total=total))

@@ -164,7 +164,9 @@ async def propose_capabilities(
         lambda g=g: client.structured("propose", _group_prompt(g, max_caps), ProposedCapabilities)
         for g in groups
     ]
-    results = await run_bounded(jobs, client.config.concurrency, "propose", show_progress)
+    results = await run_bounded(
+        jobs, client.config.concurrency, "propose", show_progress, client.budget
+    )
     candidates = [c for r in results if r.value is not None for c in r.value.capabilities]
     if not candidates:
         errors = [r.error or "no answer" for r in results]

@@ -8,7 +8,7 @@ Public API (what `trace_train/pipeline.py` and the CLI call)::
     stage_propose(run_dir, llm, max_caps=8, n_sample=24, force=False) -> list[Capability]
     stage_label(run_dir, llm, n_runs=10, render_config=None) -> list[LabelRun]
     stage_analyze(run_dir, runs_glob=None, rho=0.10, delta=0.20, k_consistency=None) -> dict
-    stage_map_envs(run_dir, llm=None, registry=None) -> list[dict]
+    stage_map_envs(run_dir, llm=None, registry=None, min_score=0.3) -> list[dict]
     stage_report(run_dir) -> dict[str, Path]
     estimate(run_dir, llm, n_runs=10, ...) -> dict        # --dry-run, no LLM call
     status(run_dir) -> dict
@@ -35,7 +35,7 @@ from .errors import ConfigError, IncompleteDiagnosis
 from .ingest import ingest
 from .label import DEFAULT_RUNS, label_messages, label_trajectories
 from .llm import Budget, Cache, LLMClient, LLMConfig
-from .map_envs import map_envs
+from .map_envs import MIN_SCORE, map_envs
 from .propose import propose_capabilities, read_capabilities, select_sample, write_capabilities
 from .render import RenderConfig, approx_tokens, render
 from .schema import Capability, LabelResponse, Trajectory
@@ -235,6 +235,7 @@ def stage_label(
     usable = sum(t.usable for t in trajs)
     seen = [render(t, render_config) for t in trajs if t.usable]
     share = len(unlabelled) / usable if usable else 0.0
+    client.budget.unlabelled, client.budget.usable = len(unlabelled), usable
     _mark(
         rd,
         "label",
@@ -299,6 +300,7 @@ def stage_map_envs(
     registry: str | Path | None = None,
     show_progress: bool = True,
     budget: Budget | None = None,
+    min_score: float = MIN_SCORE,
 ) -> list[dict[str, Any]]:
     """Match the core capabilities to environment ids into RUN_DIR/env_matches.json."""
     rd = RunDir(run_dir)
@@ -306,7 +308,7 @@ def stage_map_envs(
     rows = {r["name"]: r for r in result["capabilities"]}
     caps = [Capability(name=n, definition=rows[n].get("description") or n) for n in result["core"]]
     client = _client(rd, llm, budget) if llm else None
-    matches = asyncio.run(map_envs(caps, registry, client, show_progress))
+    matches = asyncio.run(map_envs(caps, registry, client, show_progress, min_score))
     write_json(rd.env_matches, matches)
     _mark(rd, "map-envs", matched=sum(not m["needs_new_environment"] for m in matches))
     return matches
@@ -417,11 +419,14 @@ def run_diagnosis(
     show_progress: bool = True,
     max_unlabelled: float = MAX_UNLABELLED,
     strict: bool = False,
+    budget: Budget | None = None,
+    min_score: float = MIN_SCORE,
 ) -> dict[str, Any]:
     """All stages: ingest, render, propose (unless capabilities exist or are given), label,
     analyze, map-envs and report. Returns the analysis. Rerunning resumes from the cache.
 
-    `llm.max_cost` caps the spend of the whole call, every stage together. When more than
+    `llm.max_cost` caps the spend of the whole call, every stage together (pass `budget` to
+    read the calls, cache hits and spend afterwards, even after an error). When more than
     `max_unlabelled` of the trajectories stay unlabelled, the analysis and the report are
     still written (the report says so at the top) and `IncompleteDiagnosis` is raised."""
     if llm is None:
@@ -430,7 +435,7 @@ def run_diagnosis(
         llm = LLMConfig(model=model)
     if n_runs < 1:
         raise ConfigError(f"--n-runs={n_runs}: label at least one run")
-    budget = Budget(llm.max_cost)
+    budget = budget if budget is not None else Budget(llm.max_cost)
     rd = RunDir(run_dir).ensure()
     stage_ingest(rd.path, inputs, redact, fmt, swebench_report, strict=strict)
     stage_render(rd.path, render_config)
@@ -448,7 +453,7 @@ def run_diagnosis(
         if not any(r.failed or r.passed for r in runs):
             raise  # nothing labelled: there is nothing to analyse or report
     result = stage_analyze(rd.path, rho=rho, delta=delta, k_consistency=k_consistency)
-    stage_map_envs(rd.path, llm, registry, show_progress, budget)
+    stage_map_envs(rd.path, llm, registry, show_progress, budget, min_score)
     stage_report(rd.path)
     if incomplete is not None:
         raise incomplete

@@ -17,7 +17,8 @@ from trace_diagnose.run import estimate, stage_ingest, stage_label
 from trace_diagnose.schema import Capability, LabelResponse
 
 from .paths import FIXTURES
-from .planted import CAPABILITIES, PLANTED, write_planted
+from .planted import CAPABILITIES, MARKERS, PLANTED, write_planted
+from .stub_llm import StubConfig, StubLLM
 
 
 def llm(stub, **kw):
@@ -50,6 +51,7 @@ def test_planted_capability_is_selected_first_and_report_written(stub, planted, 
     assert matches[0]["env_ids"] == ["trace/precondition-v0"] and matches[0]["method"] == "tag"
     md = (tmp_path / "run" / "report.md").read_text()
     assert f"| 1 | {PLANTED} |" in md and "[S" in md
+    assert "Runner-up environments (lexical score): trace/policy-pressure-v0" in md
     first = stub.total_requests
     # Rerunning the same command resumes: every call comes from the cache.
     again = td.run_diagnosis(
@@ -200,3 +202,32 @@ def test_schema_repair_counts_calls(make_stub, tmp_path):
 
     result = asyncio.run(client.structured("label", msgs, LabelResponse, validate=reject_first))
     assert result.value is not None and result.calls == 2 and stub.total_requests == 2
+
+
+def test_markup_in_an_accepted_evidence_quote_is_escaped_in_the_report(tmp_path):
+    """Markup the agent really wrote (not an injection: it is quoted as evidence) reaches the
+    report as text: escaped in HTML and Markdown, never as a live element."""
+    payload = "<script>alert('x')</script>"
+    sentence = f"I will skip the eligibility check {payload} and proceed."
+    markers = {**MARKERS, PLANTED: {**MARKERS[PLANTED], "lacking": [sentence]}}
+    data = write_planted(tmp_path / "p.jsonl", n_tasks=8)
+    original = MARKERS[PLANTED]["lacking"][0]
+    data.write_text(data.read_text().replace(original, sentence))
+    server = StubLLM(StubConfig(markers=markers, propose=CAPABILITIES)).start()
+    try:
+        td.run_diagnosis([data], tmp_path / "run", llm=llm(server), n_runs=1, show_progress=False)
+    finally:
+        server.stop()
+    rd = tmp_path / "run"
+    quotes = [
+        e["quote"]
+        for f in (rd / "labels").glob("run_*.json")
+        for caps in json.loads(f.read_text())["evidence"].values()
+        for e in caps.get(PLANTED, {}).get("evidence", [])
+    ]
+    assert sentence in quotes  # the payload is part of accepted evidence
+    html = (rd / "report.html").read_text()
+    assert "skip the eligibility check &lt;script&gt;alert(" in html
+    assert "<script" not in html.lower()
+    md = (rd / "report.md").read_text()
+    assert "skip the eligibility check &lt;script>alert(" in md and "<script" not in md
