@@ -565,3 +565,43 @@ def build(
         oracle_edits=[(bad, good) for good, bad in plan.replacements],
         defect=defect, features=features,
     )  # fmt: skip
+
+
+def call_issue(intro: str = "") -> Callable[[DefectPlan], Callable[[str, str], str]]:
+    """An issue text naming the target's first call, what it returns and what is expected."""
+
+    def for_plan(plan: DefectPlan) -> Callable[[str, str], str]:
+        def issue(correct: str, defective: str) -> str:
+            lines = []
+            for call in plan.target_calls:
+                got, want = expected_of(defective, call), expected_of(correct, call)
+                if got != want:
+                    lines.append(
+                        f"`{call.replace('M.', '', 1)}` gives `{got!r}`, expected `{want!r}`."
+                    )
+            return (
+                (intro + " " if intro else "")
+                + " ".join(lines)
+                + (" `test_target.py` reproduces the problem.")
+            )
+
+        return issue
+
+    return for_plan
+
+
+PlanFn = Callable[[StableRNG, Domain], tuple[DefectPlan, dict, dict, Callable[[str, str], str]]]
+
+
+def draw_task(rng: StableRNG, n_fillers: int, plan_fn: PlanFn, short: str) -> SweTask:
+    """A task from the first of up to 20 draws whose tests pin the planted defect."""
+    for _ in range(20):
+        d = rng.choice(DOMAINS)
+        plan, defect, features, issue = plan_fn(rng, d)
+        try:
+            return build(rng, d, rng.choice(d.module), plan, n_fillers, issue, defect,
+                         {**features, "domain": d.name, "n_functions": n_fillers + len(plan.units)},
+                         short)  # fmt: skip
+        except ValueError:
+            continue
+    raise RuntimeError(f"could not generate a {short} task in 20 draws")
