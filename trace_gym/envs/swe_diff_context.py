@@ -70,7 +70,7 @@ def plan(rng: StableRNG, d: cg.Domain, cfg: DiffContextConfig) -> tuple:
     offset = rng.choice(("0", "0.5", "1"))
     bad_at = rng.integer(1, cfg.n_twins - 1)
     units, names = [], []
-    for i, (src, factor) in enumerate(zip(sources, factors, strict=True)):
+    for src, factor in zip(sources, factors, strict=True):
         name = f"{val}_from_{src}"
         var = "scaled" if cfg.identical else f"{src}_scaled"
         names.append(name)
