@@ -10,6 +10,8 @@ Probe calls of each function become tests whose expected values the correct modu
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from string import Template
@@ -79,20 +81,19 @@ class Unit:
 
     name: str
     source: str
-    calls: tuple[str, ...]
+    calls: tuple[str | tuple[str, tuple], ...]
+    """Probe calls: source text on ``M``, or ``(function name, arguments)``."""
 
 
-def records(rng: StableRNG, d: Domain, n: int, spread: int = 50) -> str:
-    """A literal list of ``n`` domain records (value, group, key, count)."""
+def records(rng: StableRNG, d: Domain, n: int, spread: int = 50) -> list[dict]:
+    """``n`` domain records (key, group, value, count)."""
     rows = []
     for i in range(n):
+        key = f"{d.record[:2].upper()}{rng.integer(100, 999)}{i}"
         value = rng.integer(0, spread * 4) / 4
-        rows.append(
-            f"{{'{d.key}': '{d.record[:2].upper()}{rng.integer(100, 999)}{i}', "
-            f"'{d.group}': '{rng.choice(d.groups)}', '{d.value}': {value}, "
-            f"'{d.count}': {rng.integer(0, 6)}}}"
-        )
-    return "[" + ", ".join(rows) + "]"
+        rows.append({d.key: key, d.group: rng.choice(d.groups), d.value: value,
+                     d.count: rng.integer(0, 6)})  # fmt: skip
+    return rows
 
 
 def _doc(rng: StableRNG, lines: list[str]) -> str:
@@ -118,7 +119,7 @@ def $fn(${rec}s, $grp):
         rec=d.record,
         grp=d.group,
     )
-    calls = [f"M.{name}({records(rng, d, rng.integer(2, 6))}, {rng.choice(d.groups)!r})"
+    calls = [(name, (records(rng, d, rng.integer(2, 6)), rng.choice(d.groups)))
              for _ in range(2)]  # fmt: skip
     return Unit(name, src, tuple(calls))
 
@@ -143,9 +144,7 @@ def $fn(${rec}s):
         unit=d.unit,
         places=str(places),
     )
-    return Unit(
-        name, src, tuple(f"M.{name}({records(rng, d, rng.integer(0, 6))})" for _ in range(2))
-    )
+    return Unit(name, src, tuple((name, (records(rng, d, rng.integer(0, 6)),)) for _ in range(2)))
 
 
 def _count_over(rng: StableRNG, d: Domain, name: str) -> Unit:
@@ -166,10 +165,7 @@ def $fn(${rec}s, limit):
     return Unit(
         name,
         src,
-        tuple(
-            f"M.{name}({records(rng, d, rng.integer(2, 7))}, {rng.integer(5, 45)})"
-            for _ in range(2)
-        ),
+        tuple((name, (records(rng, d, rng.integer(2, 7)), rng.integer(5, 45))) for _ in range(2)),
     )
 
 
@@ -191,9 +187,7 @@ def $fn(${rec}s):
         val=d.value,
         grp=d.group,
     )
-    return Unit(
-        name, src, tuple(f"M.{name}({records(rng, d, rng.integer(1, 7))})" for _ in range(2))
-    )
+    return Unit(name, src, tuple((name, (records(rng, d, rng.integer(1, 7)),)) for _ in range(2)))
 
 
 def _moving_average(rng: StableRNG, d: Domain, name: str) -> Unit:
@@ -217,7 +211,7 @@ def $fn(values, size):
     calls = []
     for _ in range(2):
         vals = [rng.integer(0, 40) for _ in range(rng.integer(1, 7))]
-        calls.append(f"M.{name}({vals}, {rng.integer(1, 4)})")
+        calls.append((name, (vals, rng.integer(1, 4))))
     return Unit(name, src, tuple(calls))
 
 
@@ -241,7 +235,7 @@ def $fn(${rec}s, k):
         name,
         src,
         tuple(
-            f"M.{name}({records(rng, d, rng.integer(2, 7), spread=8)}, {rng.integer(1, 3)})"
+            (name, (records(rng, d, rng.integer(2, 7), spread=8), rng.integer(1, 3)))
             for _ in range(2)
         ),
     )
@@ -264,7 +258,7 @@ def $fn(before, after):
     return Unit(
         name,
         src,
-        tuple(f"M.{name}({rng.integer(-20, 60)}, {rng.integer(-20, 80)})" for _ in range(3)),
+        tuple((name, (rng.integer(-20, 60), rng.integer(-20, 80))) for _ in range(3)),
     )
 
 
@@ -284,7 +278,7 @@ def $fn(amount_cents, parts):
         fn=name,
     )
     return Unit(
-        name, src, tuple(f"M.{name}({rng.integer(0, 999)}, {rng.integer(1, 6)})" for _ in range(2))
+        name, src, tuple((name, (rng.integer(0, 999), rng.integer(1, 6))) for _ in range(2))
     )
 
 
@@ -302,7 +296,7 @@ def $fn(start_a, end_a, start_b, end_b):
     calls = []
     for _ in range(3):
         a, b = rng.integer(0, 20), rng.integer(0, 20)
-        calls.append(f"M.{name}({a}, {a + rng.integer(1, 9)}, {b}, {b + rng.integer(1, 9)})")
+        calls.append((name, (a, a + rng.integer(1, 9), b, b + rng.integer(1, 9))))
     return Unit(name, src, tuple(calls))
 
 
@@ -324,9 +318,7 @@ def $fn(values):
     return Unit(
         name,
         src,
-        tuple(
-            f"M.{name}({[rng.integer(0, 30) for _ in range(rng.integer(1, 6))]})" for _ in range(3)
-        ),
+        tuple((name, ([rng.integer(0, 30) for _ in range(rng.integer(1, 6))],)) for _ in range(3)),
     )
 
 
@@ -348,8 +340,7 @@ def $fn(raw):
         name,
         src,
         tuple(
-            f"M.{name}({' ' + ' '.join(rng.sample(words, rng.integer(1, 3))) + '  '!r})"
-            for _ in range(2)
+            (name, (" " + " ".join(rng.sample(words, rng.integer(1, 3))) + "  ",)) for _ in range(2)
         ),
     )
 
@@ -369,9 +360,7 @@ def $fn(${rec}s):
         grp=d.group,
         count=d.count,
     )
-    return Unit(
-        name, src, tuple(f"M.{name}({records(rng, d, rng.integer(1, 6))})" for _ in range(2))
-    )
+    return Unit(name, src, tuple((name, (records(rng, d, rng.integer(1, 6)),)) for _ in range(2)))
 
 
 def _index_by_key(rng: StableRNG, d: Domain, name: str) -> Unit:
@@ -389,9 +378,7 @@ def $fn(${rec}s):
         key=d.key,
         val=d.value,
     )
-    return Unit(
-        name, src, tuple(f"M.{name}({records(rng, d, rng.integer(1, 4))})" for _ in range(2))
-    )
+    return Unit(name, src, tuple((name, (records(rng, d, rng.integer(1, 4)),)) for _ in range(2)))
 
 
 def _scale(rng: StableRNG, d: Domain, name: str) -> Unit:
@@ -415,7 +402,7 @@ def $fn(${rec}s):
         val=d.value,
         factor=factor,
     )
-    return Unit(name, src, (f"M.{name}({records(rng, d, rng.integer(1, 3))})",))
+    return Unit(name, src, ((name, (records(rng, d, rng.integer(1, 3)),)),))
 
 
 FILLERS: tuple[Callable[[StableRNG, Domain, str], Unit], ...] = (
@@ -468,17 +455,36 @@ def module_header(rng: StableRNG, d: Domain, module: str) -> str:
     )
 
 
+def call_text(call: str | tuple) -> str:
+    """A probe call as source: strings are already source, ``(name, args)`` is rendered."""
+    if isinstance(call, str):
+        return call
+    name, args = call
+    return f"M.{name}({', '.join(repr(a) for a in args)})"
+
+
 def probe_tests(module_src: str, units: list[Unit], prefix: str = "test") -> list[Probe]:
-    """One test per probe call, expecting what the (correct) ``module_src`` returns."""
+    """One test per probe call, expecting what the (correct) ``module_src`` returns.
+
+    ``(name, args)`` calls run directly, without compiling their (long) literal arguments;
+    source-text calls are compiled together, as thunks, so that one that raises skips alone.
+    """
     mod = load_module(module_src)
+    calls = [(f"{prefix}_{u.name}_{i}", c) for u in units for i, c in enumerate(u.calls)]
+    texts = [c for _, c in calls if isinstance(c, str)]
+    thunks = iter(eval("[" + ", ".join(f"lambda: {c}" for c in texts) + "]", {"M": mod}))  # noqa: S307
     tests = []
-    for unit in units:
-        for i, call in enumerate(unit.calls):
-            try:
-                expected = eval(call, {"M": mod})  # noqa: S307 - our own generated call
-            except Exception:
-                continue
-            tests.append(Probe(f"{prefix}_{unit.name}_{i}", [f"assert {call} == {expected!r}"]))
+    for name, call in calls:
+        if isinstance(call, str):
+            run = next(thunks)
+        else:
+            fn, args = getattr(mod, call[0]), copy.deepcopy(call[1])
+            run = functools.partial(fn, *args)
+        try:
+            expected = run()
+        except Exception:
+            continue
+        tests.append(Probe(name, [f"assert {call_text(call)} == {expected!r}"]))
     return tests
 
 
@@ -544,26 +550,33 @@ def build(
         if defective.count(good) != 1:
             raise ValueError(f"snippet not unique in the module: {good[:60]!r}")
         defective = defective.replace(good, bad, 1)
-    mod = load_module(correct)
+    # Planted units call only each other and the constants, and fillers are the same code in
+    # both modules: so the planted part alone (small, quick to compile) decides what breaks.
+    head = "import math\n" + plan.constants
+    good_part = head + "\n\n".join(u.source for u in plan.units)
+    bad_part = good_part
+    for good, bad in plan.replacements:
+        bad_part = bad_part.replace(good, bad, 1)
+    mod = load_module(good_part)
     target_lines = []
     for call in plan.target_calls:
         target_lines.append(f"assert {call} == {eval(call, {'M': mod})!r}")  # noqa: S307
     target = Probe(f"test_{capability}_issue", target_lines)
-    planted = Unit("planted", "", plan.visible_calls)
-    hidden_unit = Unit("hidden", "", plan.hidden_calls)
-    visible = probe_tests(correct, [*fillers, planted])
-    broken = run_tests_in_process(defective, visible)
-    hidden = [t for t in visible if not broken[t.name]]
-    visible = [t for t in visible if broken[t.name]]
-    hidden += probe_tests(correct, [hidden_unit], prefix="test_hidden")
+    visible = probe_tests(correct, fillers)
+    planted = probe_tests(good_part, [Unit("planted", "", plan.visible_calls)])
+    hidden = probe_tests(good_part, [Unit("hidden", "", plan.hidden_calls)], prefix="test_hidden")
+    passes = run_tests_in_process(bad_part, [target, *planted, *hidden])
+    broken = {name for name, ok in passes.items() if not ok}
+    hidden += [t for t in planted if t.name in broken]
+    visible += [t for t in planted if t.name not in broken]
     hidden += visible[-2:]  # two previously passing tests the agent never sees
     visible = visible[:-2]
-    issue_text = issue(correct, defective)
+    issue_text = issue(good_part, bad_part)
     return assemble_task(
         module=module, domain=d.name, correct=correct, defective=defective, visible=visible,
         target=target, hidden=hidden, issue=issue_text,
         oracle_edits=[(bad, good) for good, bad in plan.replacements],
-        defect=defect, features=features,
+        defect=defect, features=features, broken=broken,
     )  # fmt: skip
 
 

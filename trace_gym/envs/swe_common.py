@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 from trace_gym.core.env import EpisodeState, TraceEnv
 from trace_gym.core.seeding import sha256_hex
+from trace_gym.core.tools import Tool, ToolSet
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.sandbox import REPORT_MARKER, Limits, RunResult, Sandbox
@@ -278,22 +279,18 @@ def assemble_task(
     oracle_edits: list[tuple[str, str]],
     defect: dict[str, Any],
     features: dict[str, Any],
+    broken: set[str],
 ) -> SweTask:
     """Check the planted defect against the tests and package the task.
 
-    Raises ``ValueError`` when the tests do not pin the defect (the target passes on the
-    defective module, a test fails on the correct one, or the reference fix does not
-    reproduce the correct module): generators retry with another draw.
+    Every test's expected value comes from the correct module; ``broken`` names the tests
+    that fail on the defective one. Raises ``ValueError`` when the tests do not pin the
+    defect (the target passes on the defective module, fewer than two hidden tests fail on
+    it, or the reference fix does not reproduce the correct module): generators draw again.
     """
-    everything = [*visible, target, *hidden]
-    good = run_tests_in_process(correct, everything)
-    if not all(good.values()):
-        raise ValueError(
-            f"tests fail on the correct module: {[k for k, v in good.items() if not v]}"
-        )
-    bad = run_tests_in_process(defective, everything)
-    if bad[target.name]:
+    if target.name not in broken:
         raise ValueError("the target test passes on the defective module")
+    bad = {t.name: t.name not in broken for t in [*visible, *hidden]}
     fixed = defective
     for search, replace in oracle_edits:
         if fixed.count(search) != 1:
@@ -357,7 +354,23 @@ def run_suite(task: SweTask, module_source: str, sandbox: Sandbox) -> RunResult:
 
 
 def _patch_text(ep: EpisodeState) -> str:
+    """The patch: the last ``submit_patch`` call's argument, else the last message."""
+    submitted = ep.successful(name="submit_patch")
+    if submitted:
+        return str(submitted[-1].arguments.get("patch", ""))
     return ep.agent_texts[-1][1] if ep.agent_texts else ""
+
+
+SUBMIT_PATCH = Tool(
+    "submit_patch",
+    "Submit the fix as SEARCH/REPLACE blocks (the same text a plain reply may hold); ends the "
+    "episode.",
+    {"type": "object", "properties": {"patch": {"type": "string", "maxLength": 100_000}},
+     "required": ["patch"], "additionalProperties": False},
+    "control",
+    lambda world, patch: {"received": True},
+    terminal=True,
+)  # fmt: skip
 
 
 def _def_names(source: str) -> list[str] | None:
@@ -482,7 +495,8 @@ the new lines
 >>>>>>> REPLACE
 ```
 
-Use several blocks if the fix needs several places. Each SEARCH text must match the file \
+Reply with the blocks as text, or pass them to the ``submit_patch`` tool. Use several \
+blocks if the fix needs several places. Each SEARCH text must match the file \
 exactly and is applied at its first occurrence. Fix the module, not the tests: the patch is \
 checked against the visible tests, the issue's test and hidden tests."""
 
@@ -497,6 +511,7 @@ class SweEnv(TraceEnv):
     """
 
     default_max_turns: ClassVar[int] = 2
+    tools: ClassVar[ToolSet] = ToolSet([SUBMIT_PATCH])
     _last_run: RunResult | None = None
     isolation: ClassVar[str] = "auto"
     _sandbox: ClassVar[Sandbox | None] = None
