@@ -119,10 +119,20 @@ def plan(rng: StableRNG, d: cg.Domain, cfg: CallGraphConfig) -> tuple:
         (),
     )
     units = (cg.Unit(root, root_src, ()), *hops, sib)
-    target = (f"M.{public}([{{'{val}': 3.37}}, {{'{val}': 4.018}}])",)
-    hidden = (f"M.{root}(2.006)", f"M.{root}(7.3)", f"M.{sibling}(1.003)", f"M.{sibling}(4.21)",
-              f"M.{public}([{{'{val}': 11.111}}])")  # fmt: skip
-    visible = (f"M.{root}(20)", f"M.{sibling}(2)", f"M.{public}([])")
+    if kind == "round_half_up":
+        target = (f"M.{public}([{{'{val}': 3.37}}, {{'{val}': 4.018}}])",)
+        hidden = (f"M.{root}(2.006)", f"M.{root}(7.3)", f"M.{sibling}(1.003)",
+                  f"M.{sibling}(4.21)", f"M.{public}([{{'{val}': 11.111}}])")  # fmt: skip
+        visible = (f"M.{root}(20)", f"M.{sibling}(2)", f"M.{public}([])")
+    else:  # values several steps apart, so that no single constant passes
+        target = (f"M.{public}([{{'{val}': {step * 1.3}}}, {{'{val}': {step * 2.1}}}])",)
+        hidden = (
+            f"M.{root}({step * 3 + 1})",
+            f"M.{root}({step * 5 - 0.5})",
+            f"M.{sibling}({step * 2 + 1})",
+            f"M.{public}([{{'{val}': {step * 7.7}}}])",
+        )
+        visible = (f"M.{root}({step * 2})", f"M.{root}({step * 6})", f"M.{public}([])")
     p = cg.DefectPlan(units, ((good, bad),), target, hidden, visible,
                       constants="import math\n", keep_order=False)  # fmt: skip
     intro = f"The reported {val} is off for some {rec}s."
