@@ -30,6 +30,7 @@ from a fake zero.
 
 from __future__ import annotations
 
+import ast
 import errno
 import json
 import os
@@ -124,9 +125,12 @@ def _hook(event, args):
             _exit(92)
 sys.addaudithook(_hook)
 sys.path.insert(0, ROOT)
-import errno, runpy
+import errno
 try:
-    runpy.run_path(ENTRY, run_name="__main__")
+    # runpy would import pkgutil and typing (~30 ms); a plain exec is all a script needs
+    with open(ENTRY, "rb") as fh:
+        _code = compile(fh.read(), ENTRY, "exec")
+    exec(_code, {"__name__": "__main__", "__file__": ENTRY, "__builtins__": __builtins__})
 except MemoryError:
     _write(2, b"\nMemoryError\n"); _exit(91)
 except SystemExit:
@@ -477,6 +481,7 @@ def _user_process_count() -> int:
 
 
 def _report(stdout: str) -> Any:
+    """The JSON, or Python literal (a runner need not import ``json``), after the marker."""
     at = stdout.rfind(REPORT_MARKER)
     if at < 0:
         return None
@@ -484,4 +489,8 @@ def _report(stdout: str) -> Any:
     try:
         return json.loads(line)
     except ValueError:
+        pass
+    try:
+        return ast.literal_eval(line)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None

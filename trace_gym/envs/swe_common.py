@@ -56,7 +56,7 @@ TAMPERING = re.compile(
 # per-test alarm, and prints one report line. Stdlib only, so the interpreter starts with -S.
 RUNNER = textwrap.dedent(
     f"""
-    import importlib, json, signal, sys, traceback
+    import _signal, importlib, sys
 
     class _Timeout(BaseException):
         pass
@@ -64,7 +64,9 @@ RUNNER = textwrap.dedent(
     def _alarm(signum, frame):
         raise _Timeout()
 
-    signal.signal(signal.SIGALRM, _alarm)
+    # _signal, repr and no traceback: the `signal`, `json` and `traceback` modules would
+    # import enum, re and tokenize, a good part of the runner's start-up
+    _signal.signal(_signal.SIGALRM, _alarm)
     results = {{}}
     for name in sys.argv[1:]:
         try:
@@ -76,20 +78,20 @@ RUNNER = textwrap.dedent(
             if not (attr.startswith("test_") and callable(fn)):
                 continue
             key = name + "::" + attr
-            signal.alarm({TEST_TIMEOUT_S})
+            _signal.alarm({TEST_TIMEOUT_S})
             try:
                 fn()
                 outcome = ["passed", ""]
             except _Timeout:
                 outcome = ["timeout", "over {TEST_TIMEOUT_S} s"]
             except AssertionError as exc:
-                outcome = ["failed", (str(exc) or traceback.format_exc(limit=-1))[-300:]]
+                outcome = ["failed", str(exc)[-300:] or "assertion failed"]
             except BaseException as exc:
                 outcome = ["error", repr(exc)[:300]]
             finally:
-                signal.alarm(0)
+                _signal.alarm(0)
             results[key] = outcome
-    sys.stdout.write("\\n{REPORT_MARKER}" + json.dumps(results) + "\\n")
+    sys.stdout.write("\\n{REPORT_MARKER}" + repr(results) + "\\n")
     """
 )
 
