@@ -114,6 +114,9 @@ _BLOCK = re.compile(
     re.MULTILINE | re.DOTALL,
 )
 _PATH = re.compile(r"([\w./-]+\.py)\b")
+_OPENER = re.compile(r"^[ \t]*<{5,9}", re.MULTILINE)
+MAX_PATCH_CHARS = 100_000
+MAX_BLOCKS = 40
 
 
 def parse_patch(text: str) -> list[Edit]:
@@ -126,7 +129,11 @@ def parse_patch(text: str) -> list[Edit]:
     """
     if not isinstance(text, str) or not text.strip():
         raise PatchError("no SEARCH/REPLACE block found")
+    if len(text) > MAX_PATCH_CHARS:
+        raise PatchError(f"the patch is longer than {MAX_PATCH_CHARS} characters")
     text = text.replace("\r\n", "\n")
+    if len(_OPENER.findall(text)) > MAX_BLOCKS:  # also bounds the block regex's backtracking
+        raise PatchError(f"more than {MAX_BLOCKS} SEARCH/REPLACE blocks")
     edits, last = [], 0
     for m in _BLOCK.finditer(text):
         before = [ln for ln in text[last : m.start()].splitlines() if ln.strip()][-2:]
