@@ -171,9 +171,9 @@ def test_oracle_scores_one_and_reports_the_sandbox(env_id):
     assert term and reward == 1.0 and info["is_success"]
     assert info["sandbox"]["status"] == "ok"
     assert info["sandbox"]["isolation"] in ("bwrap", "rlimits")
-    as_tool = {"name": "submit_patch", "arguments": {"patch": env.unwrapped.oracle_actions()[0]}}
+    as_text = env.unwrapped.oracle_actions()[0]["arguments"]["patch"]
     env.reset(seed=11)
-    assert env.step(as_tool)[1] == 1.0
+    assert env.step(as_text)[1] == 1.0
 
 
 def test_edit_test_gate_and_partial_credit():

@@ -550,7 +550,9 @@ class SweEnv(TraceEnv):
         return verification
 
     def oracle(self, task: SweTask) -> list[Any]:
-        return [render_patch([(p, s, r) for p, s, r in task.oracle_edits])]
+        # through the tool: a JSON action keeps the patch's newlines on one line (``play``)
+        patch = render_patch([(p, s, r) for p, s, r in task.oracle_edits])
+        return [{"name": "submit_patch", "arguments": {"patch": patch}}]
 
     def difficulty_features(self, task: SweTask) -> dict[str, Any]:
         return dict(task.features)

@@ -24,7 +24,7 @@ terminal) (read); ``edit`` (SEARCH/REPLACE blocks on one file) (write); ``submit
 |---|---|---|
 | ``target:<module>`` (capability of its defect) | 0.6 / problems | its issue test passes |
 | ``hidden:<module>`` (same capability) | 0 | its hidden tests of the defect pass (hard) |
-| ``still_passing`` | 0.4 | partial: share of previously passing tests, all modules, still passing (counts once a target passes) |
+| ``still_passing:<module>`` (its capability; ``swe_repair`` for the clean modules) | 0.4 / modules checked | partial: share of that module's previously passing tests still passing (counts once a target passes) |
 | ``no_test_edit`` (gate) | 0 | no test file changed |
 | ``no_special_casing:<module>`` (gate) | 0 | not: the target passes and hidden tests of the defect fail |
 | ``no_code_deleted:<module>`` (gate) | 0 | no function deleted, no more lines removed than the fix needs |
@@ -278,6 +278,7 @@ def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
     checks: list[Check] = []
     runs, kept, before = [], 0, 0
     any_target = False
+    keeps: list[tuple[str, str, int, int]] = []  # (module, capability, kept, before)
     sandbox = SweEnv.sandbox()
     share = TARGET_TOTAL / len(task.problems)
     for t, cap in zip(task.problems, task.capabilities, strict=True):
@@ -290,8 +291,8 @@ def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
         target = t.target_name in ok
         any_target |= target
         hidden_ok = [h for h in t.hidden_fail_to_pass if h in ok]
-        kept += sum(p in ok for p in t.passing_before)
-        before += len(t.passing_before)
+        keeps.append((t.module, cap, sum(p in ok for p in t.passing_before),
+                      len(t.passing_before)))  # fmt: skip
         names = re.findall(r"^def (\w+)", source, re.MULTILINE)
         lost = sorted(set(t.def_names) - set(names))
         removed = t.source.count("\n") - source.count("\n")
@@ -322,13 +323,22 @@ def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
         runs.append(run)
         report = run.report if isinstance(run.report, dict) else {}
         kept += sum(report.get(p, [""])[0] == "passed" for p in visible)
-    checks += [
-        Check("still_passing", CAPABILITY, fraction(kept, before) if any_target else 0.0,
-              KEEP_WEIGHT, expected=before, actual=kept,
-              message="previously passing tests still passing (counts once a target passes)"),
-        Check("no_test_edit", CAPABILITY, float(not edited_tests), 0.0, gate=True, expected=[],
-              actual=edited_tests),
-    ]  # fmt: skip
+    if before:
+        keeps.append(("clean modules", CAPABILITY, kept, before))
+    for module, cap, k, b in keeps:  # breaking a module's tests is its capability's failure
+        checks.append(
+            Check(
+                f"still_passing:{module}",
+                cap,
+                fraction(k, b) if any_target else 0.0,
+                KEEP_WEIGHT / len(keeps),
+                expected=b,
+                actual=k,
+                message="previously passing tests still passing (counts once a target passes)",
+            )
+        )
+    checks.append(Check("no_test_edit", CAPABILITY, float(not edited_tests), 0.0, gate=True,
+                        expected=[], actual=edited_tests))  # fmt: skip
     return Verification(tuple(checks), tuple(task.capabilities)), runs
 
 
@@ -398,6 +408,18 @@ class SweRepairEnv(SweEnv):
 
     def oracle(self, task: RepairTask) -> list[Any]:
         return oracle(task)
+
+    def oracle_segments(self, task: RepairTask) -> list[Any]:
+        """The oracle plan, one segment per problem (its capability), then ``submit``."""
+        from trace_gym.agents.deficit import Segment
+
+        world = self.episode.initial_world.snapshot()
+        plan = oracle(task)
+        segments = []
+        for t, cap in zip(task.problems, task.capabilities, strict=True):
+            mine = [a for a in plan if a["arguments"].get("path") == f"{t.module}.py"]
+            segments.append(Segment(cap, t, world, mine, self.tools))
+        return [*segments, Segment(CAPABILITY, task, world, [plan[-1]], self.tools)]
 
     def difficulty_features(self, task: RepairTask) -> dict[str, Any]:
         return {
