@@ -12,7 +12,11 @@ from trace_gym.envs.swe_common import PatchError, apply_patch, parse_patch, run_
 from trace_gym.errors import ConfigError
 from trace_gym.sandbox import Limits, Sandbox
 
-SWE_IDS = [i for i in trace_gym.registered_ids() if i.startswith("trace/swe-")]
+SWE_IDS = [  # the single-turn capability environments (not the composite)
+    e.id
+    for e in trace_gym.load_registry()
+    if e.id.startswith("trace/swe-") and "composite" not in e.tags
+]
 SEEDS = range(6)
 DIFFICULTIES = (0.0, 1.0)
 
