@@ -84,7 +84,10 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=40, help="tasks per environment")
     parser.add_argument("--out", default="benchmarks/results/swe_speed.json")
     args = parser.parse_args()
-    ids = [i for i in trace_gym.registered_ids() if i.startswith("trace/swe-")]
+    ids = [  # the single-turn environments: one task, one patch
+        e.id for e in trace_gym.load_registry()
+        if e.id.startswith("trace/swe-") and "composite" not in e.tags
+    ]  # fmt: skip
     methods = {"runner (rlimits)": Sandbox(swe_common.SANDBOX_LIMITS, isolation="rlimits")}
     if bwrap_path():
         methods["runner (bwrap)"] = Sandbox(swe_common.SANDBOX_LIMITS, isolation="bwrap")
