@@ -1,0 +1,162 @@
+"""``trace/swe-call-graph-v0``: fix the root helper, several calls below the symptom.
+
+## Capability
+*Deep call-graph traversal* (16 % of the paper's unresolved SWE-bench instances): the issue
+shows a wrong result from a public function, but the defect lives in a helper 1-5 calls
+further down. Patching the symptom site makes the issue's test pass and leaves every other
+caller of the helper wrong; hidden tests call the helper through another path.
+
+## Task
+A generated module (see :mod:`trace_gym.envs.swe_codegen`) with a chain
+``public -> hop_1 -> ... -> root``; each hop rescales the value and calls the next. The root
+helper rounds money half up to cents or rounds a quantity up to a billing step, and its
+planted defect truncates instead. A sibling function also calls the root.
+
+## Observation and Action, Reward, Episode End
+As for every single-turn SWE environment (:mod:`trace_gym.envs.swe_common`).
+
+## Difficulty
+| knob | d = 0 | d = 1 |
+|---|---|---|
+| hops between the public function and the root | 1 | 5 |
+| filler functions (module size) | 30 | 48 |
+
+## Version History
+* v0: initial version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trace_gym.core.config import apply_overrides
+from trace_gym.core.seeding import StableRNG
+from trace_gym.envs import swe_codegen as cg
+from trace_gym.envs.swe_common import SweEnv, SweTask
+from trace_gym.errors import ConfigError
+
+CAPABILITY = "deep_call_graph_traversal"
+ENV_ID = "trace/swe-call-graph-v0"
+ROOTS = ("round_half_up", "ceil_to_step")
+HOP_WORDS = ("adjust", "normalise", "weight", "apply_fee_to", "project", "settle", "carry")
+
+
+@dataclass(frozen=True)
+class CallGraphConfig:
+    depth: int = 3
+    """Calls between the public function and the root helper (1..5)."""
+    n_fillers: int = 38
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.depth <= 5:
+            raise ConfigError(f"depth must be in 1..5, got {self.depth}")
+        if not 8 <= self.n_fillers <= 60:
+            raise ConfigError(f"n_fillers must be in 8..60, got {self.n_fillers}")
+
+    @classmethod
+    def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> CallGraphConfig:
+        base = cls(depth=1 + round(4 * d), n_fillers=30 + round(18 * d))
+        return apply_overrides(base, overrides, "swe-call-graph")
+
+
+def plan(rng: StableRNG, d: cg.Domain, cfg: CallGraphConfig) -> tuple:
+    kind = rng.choice(ROOTS)
+    val, rec = d.value, d.record
+    if kind == "round_half_up":
+        root = f"_{rng.choice(('quantize', 'to_cents', 'settle_round'))}_{val}"
+        root_src = (
+            f'def {root}(x):\n    """Round ``x`` half up to two decimals (cents); every '
+            f'reported {val} goes through here."""\n'
+            f"    return math.floor(x * 100 + 0.5) / 100\n"
+        )
+        good, bad = "math.floor(x * 100 + 0.5) / 100", "math.floor(x * 100) / 100"
+    else:
+        step = rng.choice((5, 10, 15, 25))
+        root = f"_{rng.choice(('billable', 'round_up', 'step'))}_{val}"
+        root_src = (
+            f'def {root}(x, step={step}):\n    """Round ``x`` up to the next multiple of '
+            f'``step`` (a started step is billed in full)."""\n'
+            f"    return math.ceil(x / step) * step\n"
+        )
+        good, bad = "math.ceil(x / step) * step", "math.floor(x / step) * step"
+    hops, nxt = [], root
+    words = rng.sample(HOP_WORDS, cfg.depth)
+    for i, word in enumerate(words):
+        name = f"_{word}_{val}" if i < cfg.depth - 1 else f"{word}_{rec}_{val}"
+        mult = rng.choice(("1.0", "1.1", "0.9", "1.25", "0.75"))
+        add = rng.choice(("0", "0.5", "1.5", "2"))
+        hops.append(
+            cg.Unit(
+                name,
+                (
+                    f'def {name}(x):\n    """Scale by {mult} and add {add} before the next stage."""\n'
+                    f"    adjusted = x * {mult} + {add}\n    return {nxt}(adjusted)\n"
+                ),
+                (),
+            )
+        )
+        nxt = name
+    public = f"report_{rec}_{val}"
+    hops.append(
+        cg.Unit(
+            public,
+            (
+                f'def {public}({rec}s):\n    """The reported {val} of a list of {rec}s."""\n'
+                f'    total = sum(r["{val}"] for r in {rec}s)\n    return {nxt}(total)\n'
+            ),
+            (),
+        )
+    )
+    sibling = f"{val}_quote"
+    sib = cg.Unit(
+        sibling,
+        (
+            f'def {sibling}(x):\n    """A quoted {val}: 1.5 times ``x``, '
+            f'rounded like every reported figure."""\n'
+            f"    return {root}(x * 1.5)\n"
+        ),
+        (),
+    )
+    units = (cg.Unit(root, root_src, ()), *hops, sib)
+    if kind == "round_half_up":
+        target = (f"M.{public}([{{'{val}': 3.37}}, {{'{val}': 4.018}}])",)
+        hidden = (f"M.{root}(2.006)", f"M.{root}(7.3)", f"M.{sibling}(1.003)",
+                  f"M.{sibling}(4.21)", f"M.{public}([{{'{val}': 11.111}}])")  # fmt: skip
+        visible = (f"M.{root}(20)", f"M.{sibling}(2)", f"M.{public}([])")
+    else:  # values several steps apart, so that no single constant passes
+        target = (f"M.{public}([{{'{val}': {step * 1.3}}}, {{'{val}': {step * 2.1}}}])",)
+        hidden = (
+            f"M.{root}({step * 3 + 1})",
+            f"M.{root}({step * 5 - 0.5})",
+            f"M.{sibling}({step * 2 + 1})",
+            f"M.{public}([{{'{val}': {step * 7.7}}}])",
+        )
+        visible = (f"M.{root}({step * 2})", f"M.{root}({step * 6})", f"M.{public}([])")
+    p = cg.DefectPlan(units, ((good, bad),), target, hidden, visible,
+                      constants="import math\n", keep_order=False)  # fmt: skip
+    intro = f"The reported {val} is off for some {rec}s."
+    return (
+        p,
+        {"root": root, "kind": kind},
+        {"depth": cfg.depth, "root_kind": kind},
+        cg.call_issue(intro)(p),
+    )
+
+
+class SweCallGraphEnv(SweEnv):
+    """Deep call-graph traversal; see the module docstring."""
+
+    env_id = ENV_ID
+    capability = CAPABILITY
+    version = 0
+
+    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
+        cfg = CallGraphConfig.from_difficulty(difficulty, config)
+        return cg.draw_task(rng, cfg.n_fillers, lambda r, d: plan(r, d, cfg), "call_graph")
+
+    def hint(self, task: SweTask) -> str:
+        return (
+            "Follow the failing function's calls down to the helper that computes the "
+            "wrong value and fix it there; other callers share that helper."
+        )

@@ -1,0 +1,148 @@
+"""``trace/swe-multi-site-v0``: the same mistake at several parallel sites, all fixed.
+
+## Capability
+*Multi-site consistency* (8 % of the paper's unresolved SWE-bench instances): a policy the
+module states once (limits are reached at equality; reported figures carry two decimals) is
+broken the same way in 2-5 functions. Fixing only the site the issue mentions first leaves
+the target test failing (it checks every site); decoy functions that follow the opposite
+rule on purpose must stay as they are.
+
+## Task
+A generated module (:mod:`trace_gym.envs.swe_codegen`) with a ``POLICY`` comment, the sites
+and the decoys; the issue names the policy and two symptoms.
+
+## Observation and Action, Reward, Episode End
+As for every single-turn SWE environment (:mod:`trace_gym.envs.swe_common`). The fewest
+edits are one per site, so ``few_edits`` is full with one block per site.
+
+## Difficulty
+| knob | d = 0 | d = 1 |
+|---|---|---|
+| sites with the defect | 2 | 5 |
+| decoys that follow the other rule on purpose | 0 | 2 |
+| filler functions (module size) | 30 | 48 |
+
+## Version History
+* v0: initial version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trace_gym.core.config import apply_overrides
+from trace_gym.core.seeding import StableRNG
+from trace_gym.envs import swe_codegen as cg
+from trace_gym.envs.swe_common import SweEnv, SweTask
+from trace_gym.errors import ConfigError
+
+CAPABILITY = "multi_site_consistency"
+ENV_ID = "trace/swe-multi-site-v0"
+POLICIES = ("inclusive_limit", "two_decimals")
+SITE_WORDS = ("over_budget", "needs_review", "alert", "escalate", "throttle", "flag", "cap_hit")
+
+
+@dataclass(frozen=True)
+class MultiSiteConfig:
+    n_sites: int = 3
+    n_decoys: int = 1
+    n_fillers: int = 38
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.n_sites <= 5:
+            raise ConfigError(f"n_sites must be in 2..5, got {self.n_sites}")
+        if not 0 <= self.n_decoys <= 2:
+            raise ConfigError(f"n_decoys must be in 0..2, got {self.n_decoys}")
+        if not 8 <= self.n_fillers <= 60:
+            raise ConfigError(f"n_fillers must be in 8..60, got {self.n_fillers}")
+
+    @classmethod
+    def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> MultiSiteConfig:
+        base = cls(n_sites=2 + round(3 * d), n_decoys=round(2 * d), n_fillers=30 + round(18 * d))
+        return apply_overrides(base, overrides, "swe-multi-site")
+
+
+def plan(rng: StableRNG, d: cg.Domain, cfg: MultiSiteConfig) -> tuple:
+    policy = rng.choice(POLICIES)
+    val, rec = d.value, d.record
+    words = rng.sample(SITE_WORDS, cfg.n_sites + cfg.n_decoys)
+    units, reps, target, hidden, visible = [], [], [], [], []
+    for i, word in enumerate(words):
+        decoy = i >= cfg.n_sites
+        if policy == "inclusive_limit":
+            name = f"{rec}_{word}"
+            limit = rng.integer(10, 90)
+            op = ">" if decoy else ">="
+            rule = (
+                "strictly above ``limit`` (by design, unlike POLICY)"
+                if decoy
+                else "at or above ``limit`` (POLICY)"
+            )
+            head = f'def {name}(value, limit={limit}):\n    """True when the {val} is {rule}."""\n'
+            units.append(cg.Unit(name, f"{head}    return value {op} limit\n", ()))
+            calls = [f"M.{name}({limit})", f"M.{name}(5, 5)", f"M.{name}({limit + 3}, {limit + 3})"]
+            good, bad = f"{head}    return value >= limit\n", f"{head}    return value > limit\n"
+            ok_calls = [f"M.{name}({limit + 1})", f"M.{name}({limit - 1})"]
+        else:
+            name = f"{word}_{val}_figure"
+            places = 3 if decoy else 2
+            rule = "three decimals (by design, unlike POLICY)" if decoy else "two decimals (POLICY)"
+            head = (
+                f'def {name}(values):\n    """Reported {word.replace("_", " ")} figure: the '
+                f'mean of ``values``, {rule}."""\n    mean = sum(values) / len(values)\n'
+            )
+            units.append(cg.Unit(name, f"{head}    return round(mean, {places})\n", ()))
+            calls = [
+                f"M.{name}([1, 2, 2])",
+                f"M.{name}([0.5, 0.25, 0.125, 1])",
+                f"M.{name}([10, 10, 11])",
+            ]
+            good, bad = f"{head}    return round(mean, 2)\n", f"{head}    return round(mean, 1)\n"
+            ok_calls = [f"M.{name}([4, 6])", f"M.{name}([1.5])"]
+        visible += ok_calls
+        if decoy:
+            visible += calls[:2]
+            continue
+        reps.append((good, bad))
+        target.append(calls[0])
+        hidden += calls[1:]
+    p = cg.DefectPlan(tuple(rng.shuffle(units)), tuple(reps), tuple(target), tuple(hidden),
+                      tuple(visible), constants=_policy_comment(policy, d), keep_order=True)  # fmt: skip
+    intro = {"inclusive_limit": "Limits are reached at equality (see POLICY), but some checks "
+             "only fire above the limit.",
+             "two_decimals": "Reported figures must carry two decimals (see POLICY), but some "
+             "are rounded to one."}[policy]  # fmt: skip
+    return (
+        p,
+        {"policy": policy, "sites": [u.name for u in units[: cfg.n_sites]]},
+        {"n_sites": cfg.n_sites, "n_decoys": cfg.n_decoys, "policy": policy},
+        cg.call_issue(intro)(cg.DefectPlan(p.units, p.replacements, p.target_calls[:2], ())),
+    )
+
+
+def _policy_comment(policy: str, d: cg.Domain) -> str:
+    if policy == "inclusive_limit":
+        return (
+            f"# POLICY: a {d.value} limit is reached when the value equals it; checks "
+            "compare with >= unless their docstring says otherwise.\n"
+        )
+    return f"# POLICY: every reported {d.value} figure is rounded to two decimals.\n"
+
+
+class SweMultiSiteEnv(SweEnv):
+    """Multi-site consistency; see the module docstring."""
+
+    env_id = ENV_ID
+    capability = CAPABILITY
+    version = 0
+
+    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
+        cfg = MultiSiteConfig.from_difficulty(difficulty, config)
+        return cg.draw_task(rng, cfg.n_fillers, lambda r, d: plan(r, d, cfg), "multi_site")
+
+    def hint(self, task: SweTask) -> str:
+        return (
+            "The issue's rule is broken in more than one place: find every function that "
+            "implements it and fix each, but leave functions documented as exceptions."
+        )
