@@ -22,7 +22,9 @@ from trace_gym.envs.service_desk import ENV_ID as DESK
 from trace_gym.envs.service_desk import members
 from trace_gym.episodes import run_episode
 
-CAPABILITY_ENVS = [e.id for e in trace_gym.load_registry() if e.id != DESK]
+# Composites mix several capabilities; their partial reward need not fall monotonically with
+# one lapse rate (more problems, more partial credit), so they are checked by their own tests.
+CAPABILITY_ENVS = [e.id for e in trace_gym.load_registry() if "composite" not in e.tags]
 EVERYTHING_HALF = {short: 0.5 for short in SHORT_NAMES}
 MONOTONE_SEEDS = 60
 MONOTONE_TOLERANCE = 0.05

@@ -6,7 +6,6 @@ import pytest
 
 import trace_gym  # noqa: F401
 from trace_gym.agents import (
-    deficit,
     deficit_lapses_swe,  # noqa: F401  (registers the SWE lapses)
 )
 from trace_gym.agents.deficit import LAPSES, DeficitAgent
@@ -19,12 +18,6 @@ SWE = {
     "trace/swe-multi-site-v0": "multi_site_consistency",
     "trace/swe-refactor-awareness-v0": "structural_refactor_awareness",
 }
-
-
-@pytest.fixture(autouse=True)
-def _known_capabilities(monkeypatch):
-    # until the SWE capabilities join deficit.SHORT_NAMES, let the profile accept them
-    monkeypatch.setattr(deficit, "CAPABILITIES", (*deficit.CAPABILITIES, *SWE.values()))
 
 
 @pytest.mark.parametrize("env_id", sorted(SWE))

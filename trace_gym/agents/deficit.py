@@ -51,6 +51,11 @@ SHORT_NAMES = {
     "policy_pressure": "policy_compliance_under_pressure",
     "recover_communicate": "error_recovery_communication",
     "clarify": "information_gathering",
+    "swe_semantic_precision": "semantic_logic_precision",
+    "swe_call_graph": "deep_call_graph_traversal",
+    "swe_diff_context": "diff_context_precision",
+    "swe_multi_site": "multi_site_consistency",
+    "swe_refactor_awareness": "structural_refactor_awareness",
 }
 """Short profile keys (the environment module names) -> capability names."""
 CAPABILITIES = tuple(SHORT_NAMES.values())

@@ -144,4 +144,5 @@ def no_recovery(seg: Segment, rng: StableRNG) -> list[Any]:
     return [*plan[:-1], f"Your request for order {task.order_id} has been taken care of."]
 
 
-from trace_gym.agents import deficit_lapses_commerce  # noqa: E402,F401  (registers the rest)
+# The other lapse modules register themselves on import (they import this module's registry).
+from trace_gym.agents import deficit_lapses_commerce, deficit_lapses_swe  # noqa: E402,F401
