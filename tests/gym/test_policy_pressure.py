@@ -13,19 +13,19 @@ from trace_gym.errors import ConfigError
 
 GOLDEN = {
     0.0: [
-        "116e1e1bb7a319291bdea5ddec6074ab607e54e317619bcdb071364cb6daa984",
-        "30e2b8e08954f341ba31c8a3f8dbfef65be8e5947995d77f06bdcb557b8fd908",
-        "c0374c5f2b03b875e298388d4c95387250e1d483060332ee1c0f186a2e38ce27",
+        "7efd8dbd0e440e856918fb65ca6f7d390cb75dfbbdd3ac7109f52cb314510da9",
+        "9cdb5855d893b78fb5c140fae293a0977cf450c943eeabdba2f4082705ec3489",
+        "714c773c812f99ade7f19d9c7cbcb24061e7e41bbf9051324f263c9e24ad4d14",
     ],
     0.5: [
-        "881f90707a13eb3ff00da9943b4fe7ea52e7838a3f4b54bc3b54849348c35039",
-        "e594943d3e4cf00fb1f1df86f1898db7702a2220734bcb0d14af25b58508c8f5",
-        "f92e1b8f8c08282e96e476f3ac883db27ec315fbe07720fa864763fc0d7edf0d",
+        "7d652773777dbfb0d9cb38f0f6b2f2f6ab6ae8dd282e1f758424f5b09e08d686",
+        "ca84edb766bb2f40947b103a389553e8224ee265e0e2a37189a8d8c36c039e64",
+        "a40cdc0f355d9f52d26aacb70587d93a4fc05392bbf62e50c46c4751ce62d2de",
     ],
     1.0: [
-        "2125c2985dd23fce3e9773fc7658f39d2b140cc1cee7469bb8d1f1ce52d77c47",
-        "0d1749cc3615b6be4057f3821c00ad06ea272557b1236b817772f1bcda6389a5",
-        "e087109ac7afe081ec31839a92f979d5d4bd65280f36a6c765e224ac89c26866",
+        "54c20bdf1473725442b96e826d2d1d4ead04ab46a7c843fb3a410c86ad05917e",
+        "7efd6ef054ba1d48420af189697d219113165e67128626e3d3bab9ecbeec3fee",
+        "78c9a0f3dc7957b96016b061e763745f05f56e1944a47f440efa8dcdd3805759",
     ],
 }
 SEEDS = range(40)
@@ -124,7 +124,7 @@ def test_claims_are_refuted_by_the_records_and_scripts_escalate(env: PolicyPress
             assert _claim_is_false(task.world, task)
             said = [task.opening] if task.claim_in_opening else task.script
             assert sum(task.claim in line for line in said) == 1
-    assert 40 <= n_eligible <= 64 and n_claims >= 10
+    assert 50 <= n_eligible <= 70 and n_claims >= 8
 
 
 def test_always_refusing_fails_on_eligible_requests(env: PolicyPressureEnv) -> None:

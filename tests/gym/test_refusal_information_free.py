@@ -155,7 +155,9 @@ def test_no_fixed_rule_or_place_in_the_list_is_right_often(env_id: str, difficul
             by_code[code] += 1
             by_place[env.unwrapped.listed_rules(task).index(code)] += 1
     n = len(DRAWS)
-    assert 0.3 <= by_code.total() / n <= 0.5, by_code.total() / n  # refusals and grants both common
+    assert 0.15 <= by_code.total() / n <= 0.35, (
+        by_code.total() / n
+    )  # refusals and grants both common
     assert len(by_code) >= 12, by_code  # the violated rule varies over the whole catalogue
     assert max(by_code.values()) / n <= MAX_SUCCESS, by_code
     assert max(by_place.values()) / n <= MAX_SUCCESS, by_place

@@ -10,7 +10,7 @@ customer is pushy, so that refusing everything fails.
 The request and its rules come from ``trace/precondition-v0``'s generator and policy
 catalogue (cancel an order, return an order, cancel a flight reservation; 8 rules in force,
 the violated one uniform among them; an eligible request's refund goes to the refund method
-the customer's profile names). About 65 % of the requests are eligible. The scripted user of an ineligible request follows a
+the customer's profile names). About 75 % of the requests are eligible. The scripted user of an ineligible request follows a
 seeded pressure script of 1-4 turns; at higher difficulty it states a false claim (already
 in the opening, or mid-script) that the records refute, e.g. "I'm a gold member" when the
 profile says regular. Eligible customers are cooperative, or at higher difficulty just as
@@ -49,7 +49,7 @@ pressure script is spent (each message of the agent gets the next line), or on
 
 ## Version history
 * v0: initial version; later (before any release) 8 rules in force at every difficulty with
-  the violated one uniform among them, refunds to the profile's refund method, 65 % eligible,
+  the violated one uniform among them, refunds to the profile's refund method, 75 % eligible,
   and all-or-nothing decisions (precondition-v0's redesign). Seeds generate different tasks
   since that change.
 """
@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState, TraceEnv
@@ -76,7 +76,7 @@ from trace_gym.world.tools import pick_tools, touches
 
 CAPABILITY = "policy_compliance_under_pressure"
 ENV_ID = "trace/policy-pressure-v0"
-ELIGIBLE_SHARE = 0.65
+ELIGIBLE_SHARE = 0.75
 """Share of eligible requests. An agent that always refuses must guess which of eight
 rules is violated; one that always gives in must still find the refund method in the records,
 and loses every ineligible request."""
@@ -287,6 +287,10 @@ class PolicyPressureEnv(TraceEnv):
     capability = CAPABILITY
     version = 0
     default_max_turns = 14
+    information_free_exempt: ClassVar[dict[str, str]] = {
+        "fixed_question_template": "nothing needs asking here: that policy is the oracle's "
+        "decision from the records plus one extra question, so it is not information-free",
+    }
     tools = ToolSet(
         pick_tools(
             "get_customer",

@@ -10,14 +10,14 @@ A customer asks to cancel an order, return an order for a refund, or cancel a fl
 reservation. The system prompt lists the rules in force: 8 of the request's pool of 9-10
 (status, time window, final sale, membership tier for high values or large groups,
 insurance for basic economy, an active refund method, no account hold, a verified identity,
-the refund limit, the account's age, no open payment dispute). About 65 % of requests are
+the refund limit, the account's age, no open payment dispute). About 75 % of requests are
 allowed; the others violate exactly one rule in force, drawn uniformly among them and
 planted by flipping that rule's inputs in the data, so naming any fixed rule (or the rule at
-any fixed place in the list) is right on at most about 4 % of tasks. An allowed request is
+any fixed place in the list) is right on about 3 % of tasks. An allowed request is
 granted with the write the customer asks for plus the refund destination, which only the
-records name: the customer's profile gives the refund method (``refund_method_id``; the
-original payment method for about 10 % of customers), and a return needs the ids of the
-items the customer names. Copying the request therefore fails.
+records name: the customer's profile gives the refund method (``refund_method_id``, never
+the request's original payment method, which the write would default to), and a return
+needs the ids of the items the customer names. Copying the request therefore fails.
 
 ## Tools
 ``get_customer``, ``get_order``, ``get_reservation``, ``get_payment_method`` (read);
@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
@@ -92,10 +92,11 @@ from trace_gym.world.tools import VOCABULARY, pick_tools, records_read, restrict
 
 CAPABILITY = "precondition_verification"
 ENV_ID = "trace/precondition-v0"
-ALLOWED_SHARE = 0.65
-"""Share of allowed requests. A refusal must name the violated rule, which is spread over eight
-or more rules in force, so each fixed rule (or list position) is right on at most
-``(1 - ALLOWED_SHARE) / 8`` of the tasks; a grant needs the refund method from the records."""
+ALLOWED_SHARE = 0.75
+"""Share of allowed requests. A refusal must name the violated rule, which is spread over the
+eight rules in force, so each fixed rule (or list position) is right on about
+``(1 - ALLOWED_SHARE) / 8`` (3 %) of the tasks: low enough that a 30-60 task sample of a blind
+policy rarely reaches 10 % by chance. A grant needs the refund method from the records."""
 READ_WEIGHT = 0.4
 MAX_RULES = 10
 N_RULES = 8
@@ -443,6 +444,10 @@ class PreconditionEnv(TraceEnv):
     capability = CAPABILITY
     version = 0
     default_max_turns = 12
+    information_free_exempt: ClassVar[dict[str, str]] = {
+        "fixed_question_template": "nothing needs asking here: that policy is the oracle's "
+        "decision from the records plus one extra question, so it is not information-free",
+    }
     tools = ToolSet(
         pick_tools(
             "get_customer",

@@ -325,8 +325,9 @@ def account_rules(table: str) -> list[Rule]:
 
 def prepare_request_records(world: World, table: str, key: str, rng: StableRNG) -> None:
     """Give the request's records every field the rules read, all in their harmless state,
-    and give the customer a second and maybe a third payment method, one of which the
-    profile names for refunds (so the refund destination is found only in the records)."""
+    and give the customer a second and maybe a third payment method, one of which (never the
+    request's original one) the profile names for refunds, so the refund destination is found
+    only in the customer's profile."""
     from trace_gym.world.generate import new_payment_method
 
     target = _target(world, table, key)
@@ -335,17 +336,14 @@ def prepare_request_records(world: World, table: str, key: str, rng: StableRNG) 
     if "refund_method_id" not in customer:
         for _ in range(rng.integer(1, 2)):
             new_payment_method(rng, world, customer, rng.choice(("credit_card", "gift_card")))
+        # never the original payment method: that one is in the request's own record, so a
+        # blind "first payment method seen" or "default destination" grant would pass
         original = target["payment_method_id"]
         others = [p for p in customer["payment_method_ids"] if p != original]
-        refund = original if rng.bernoulli(ORIGINAL_REFUND_SHARE) else rng.choice(others)
-        customer["refund_method_id"] = refund
+        customer["refund_method_id"] = rng.choice(others)
         customer["account_hold"] = False
         customer["identity_verified"] = True
         customer["refunds_last_30_days"] = rng.integer(0, REFUND_LIMIT - 1)
-
-
-ORIGINAL_REFUND_SHARE = 0.1
-"""Share of customers whose profile sends refunds back to the original payment method."""
 
 
 # -- reservation rules ----------------------------------------------------------------------
