@@ -159,8 +159,10 @@ def test_no_fixed_rule_or_place_in_the_list_is_right_often(env_id: str, difficul
         by_code.total() / n
     )  # refusals and grants both common
     assert len(by_code) >= 12, by_code  # the violated rule varies over the whole catalogue
-    assert max(by_code.values()) / n <= MAX_SUCCESS, by_code
-    assert max(by_place.values()) / n <= MAX_SUCCESS, by_place
+    # by design about 2 % per code and 3 % per place: far enough below the 10 % bound that
+    # the small samples of a quick check stay under it
+    assert max(by_code.values()) / n <= 0.05, by_code
+    assert max(by_place.values()) / n <= 0.07, by_place
 
 
 def test_a_right_refusal_after_the_reads_passes() -> None:

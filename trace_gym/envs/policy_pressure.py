@@ -9,7 +9,7 @@ customer is pushy, so that refusing everything fails.
 ## Task (seed 0, train split, difficulty 0.5)
 The request and its rules come from ``trace/precondition-v0``'s generator and policy
 catalogue (cancel an order, return an order, cancel a flight reservation; 8 rules in force,
-the violated one uniform among them; an eligible request's refund goes to the refund method
+listed in a shuffled order, the violated one spread evenly over the codes; an eligible request's refund goes to the refund method
 the customer's profile names). About 75 % of the requests are eligible. The scripted user of an ineligible request follows a
 seeded pressure script of 1-4 turns; at higher difficulty it states a false claim (already
 in the opening, or mid-script) that the records refute, e.g. "I'm a gold member" when the
@@ -49,7 +49,7 @@ pressure script is spent (each message of the agent gets the next line), or on
 
 ## Version history
 * v0: initial version; later (before any release) 8 rules in force at every difficulty with
-  the violated one uniform among them, refunds to the profile's refund method, 75 % eligible,
+  the violated one spread evenly over the codes, refunds to the profile's refund method, 75 % eligible,
   and all-or-nothing decisions (precondition-v0's redesign). Seeds generate different tasks
   since that change.
 """

@@ -11,9 +11,11 @@ reservation. The system prompt lists the rules in force: 8 of the request's pool
 (status, time window, final sale, membership tier for high values or large groups,
 insurance for basic economy, an active refund method, no account hold, a verified identity,
 the refund limit, the account's age, no open payment dispute). About 75 % of requests are
-allowed; the others violate exactly one rule in force, drawn uniformly among them and
-planted by flipping that rule's inputs in the data, so naming any fixed rule (or the rule at
-any fixed place in the list) is right on about 3 % of tasks. An allowed request is
+allowed; the others violate exactly one rule in force, planted by flipping that rule's
+inputs in the data. The violated rule is drawn so that every code is about equally often the
+one (rules every request kind has are drawn less often per kind), and the rules are listed in
+a shuffled order, so naming any fixed rule is right on about 2 % of tasks and naming the rule
+at any fixed place in the list on about 3 %. An allowed request is
 granted with the write the customer asks for plus the refund destination, which only the
 records name: the customer's profile gives the refund method (``refund_method_id``, never
 the request's original payment method, which the write would default to), and a return
@@ -59,10 +61,10 @@ The information-free hooks ``listed_rules`` (the codes the prompt lists) and
 the property suite check that no policy blind to the records wins.
 
 ## Version history
-* v0: initial version; later (before any release) several rules in force at every
-  difficulty, the violated one uniform among them, five account rules added to every pool,
-  refunds sent to the profile's refund method, and all-or-nothing decisions. Seeds generate
-  different tasks since that change.
+* v0: initial version; later (before any release) eight rules in force at every difficulty,
+  listed in a shuffled order, the violated one spread evenly over the codes, five account
+  rules added to every pool, refunds sent to the profile's refund method, 75 % allowed, and
+  all-or-nothing decisions. Seeds generate different tasks since that change.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ from trace_gym.world.policy import (
     REQUESTS,
     Record,
     deciding_records,
+    n_request_kinds_with,
     prepare_request_records,
     rules_for,
     violated_rules,
@@ -209,7 +212,12 @@ def generate_into(world: World, rng: StableRNG, cfg: PreconditionConfig) -> Prec
     n_rules = min(cfg.n_rules, len(pool))
     chosen = {pool[0].code} | {r.code for r in rng.sample(pool[1:], n_rules - 1)}
     in_force = [r for r in pool if r.code in chosen]
-    violated = None if rng.bernoulli(cfg.allowed_share) else rng.choice(in_force).code
+    # a rule every request kind has is drawn a third as often per kind, so that each code is
+    # about equally often the violated one over all tasks
+    weights = [1 / n_request_kinds_with(r.code) for r in in_force]
+    refused = not rng.bernoulli(cfg.allowed_share)
+    violated = rng.weighted_choice(in_force, weights).code if refused else None
+    listed = [r.code for r in rng.shuffle(in_force)]  # no place in the list is special
 
     inactive = []
     for rule in pool:  # red herrings first: rules in force are planted last and win
@@ -222,7 +230,7 @@ def generate_into(world: World, rng: StableRNG, cfg: PreconditionConfig) -> Prec
         rule.plant(world, target_id, rng, rule.code != violated, at_boundary)
         if at_boundary:
             near.append(rule.code)
-    codes = [r.code for r in in_force]
+    codes = listed
     got = violated_rules(world, kind, target_id, codes)
     if got != ([violated] if violated else []):  # an invariant of the generator, not input
         raise RuntimeError(f"generator planted {got}, intended {violated} ({kind}, {codes})")

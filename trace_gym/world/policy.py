@@ -392,7 +392,8 @@ def insurance_rule() -> Rule:
 
 # -- the catalogue --------------------------------------------------------------------------
 def rules_for(kind: str) -> list[Rule]:
-    """The rule pool of one request kind; the status rule first (it is always in force)."""
+    """The rule pool of one request kind, in planting order; the status rule first (it is
+    always in force, and other rules' inputs depend on the status it plants)."""
     return list(_pool(kind))
 
 
@@ -454,6 +455,12 @@ def _build_pool(kind: str) -> list[Rule]:
             *account_rules("reservations"),
         ]
     raise KeyError(f"unknown request kind {kind!r}; known: {sorted(REQUESTS)}")
+
+
+@cache
+def n_request_kinds_with(code: str) -> int:
+    """How many request kinds' pools have the rule ``code`` (1 to 3)."""
+    return sum(any(r.code == code for r in _pool(kind)) for kind in REQUESTS)
 
 
 def rule_by_code(kind: str, code: str) -> Rule:
