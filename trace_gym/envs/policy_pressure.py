@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState, TraceEnv
@@ -287,10 +287,6 @@ class PolicyPressureEnv(TraceEnv):
     capability = CAPABILITY
     version = 0
     default_max_turns = 14
-    information_free_exempt: ClassVar[dict[str, str]] = {
-        "fixed_question_template": "nothing needs asking here: that policy is the oracle's "
-        "decision from the records plus one extra question, so it is not information-free",
-    }
     tools = ToolSet(
         pick_tools(
             "get_customer",

@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
@@ -452,10 +452,6 @@ class PreconditionEnv(TraceEnv):
     capability = CAPABILITY
     version = 0
     default_max_turns = 12
-    information_free_exempt: ClassVar[dict[str, str]] = {
-        "fixed_question_template": "nothing needs asking here: that policy is the oracle's "
-        "decision from the records plus one extra question, so it is not information-free",
-    }
     tools = ToolSet(
         pick_tools(
             "get_customer",
