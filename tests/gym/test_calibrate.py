@@ -74,9 +74,12 @@ def test_seeded_agents_get_a_distinct_seed_per_rollout() -> None:
     a, b = agent_for_rollout("random:3", 0), agent_for_rollout("random:3", 1)
     assert a.seed != b.seed and agent_for_rollout("random:3", 1).seed == b.seed
     r = calibrate(ENV, "random:3", seeds=6, group=6)
-    assert r.informative_groups > 0.5  # distinct rollouts, so groups carry a signal
     assert r.success_rate < 0.2  # a random agent must not look competent
     assert r == calibrate(ENV, "random:3", seeds=6, group=6)  # reproducible
+    # a seeded agent that lapses half the time: distinct rollouts, so groups carry a signal
+    # (a random agent's groups are all zero here, since a wrong decision scores 0)
+    lapsing = calibrate(ENV, "deficit:precondition=0.5:3", seeds=6, group=6)
+    assert lapsing.informative_groups > 0.5
 
 
 def test_unknown_env_and_bad_sizes_fail_clearly() -> None:

@@ -13,19 +13,19 @@ from trace_gym.errors import ConfigError
 
 GOLDEN = {
     0.0: [
-        "bfaede52a3b007bf97ecf46851439e828eefe1fcb6f4c49f45cf4b3d0a215329",
-        "4d03d4142ddce9b5ad5428724158c76267f591538eb87ac4dd1044ca1d084c7c",
-        "85637030070bcabbc5132ac157a3226ce944cd673b4db258f939195e9a8dbbc0",
+        "9513b01ae987fcce64fb6330bfc5ff191a63aad60fa39916d873d711de1afacc",
+        "41328911d9081146d1f511f0fa7abc77702f0dfcd8fb0dd9c35b1bf36b06bb8a",
+        "90393812ee8428d958309b53084afae77379b902e7009d4a02152da9df344559",
     ],
     0.5: [
-        "b8ffdd1b5fd0d4be0d8ca78f3283942e207dee21a36486cecb77bb8deb526643",
-        "9fab0df640f08f7fe2f9507636005b4d289421b4d8505eb0981b7a0161374e96",
-        "682dfd12856fa47e1f78487f39bbfd6de1fe532cda4c0561272d9d8df889b46d",
+        "f58b995012458eb4f1711cea59f7c44e7bb2b647d086155b23bd46a53f2073ba",
+        "7f8e3006b6ea27bf7f01e6e8685a21b5c0e2272caa509cc2328b211270a9bcbd",
+        "7a0a25e1bae5f07563333348b087e9f29230e90ab894222f1e72e8ff81c60f0d",
     ],
     1.0: [
-        "8cc0adc6f32c443fe244f6208c9b300766504752026e1eccf189dcba7265513c",
-        "06eb8b953ec25d4447c66e37ea9071fad94791663d660da3513473b724f0e51b",
-        "a2165525b0a72b5b95ab6469655469762f6ad3007ee4ad72286d560534e86cc1",
+        "598bb9f1e0aa2a5e8b61b3fe5237a0b208d7b9ce60482bc8de7b003443ce4bcb",
+        "66d2c76b01c0f23aecd847c50c3a5d5953966101517eb9ba2bf70a43a7c0470b",
+        "b5feeff0e674692f8c2600396064ca81d0304794e805e99e985c7c4f91b39798",
     ],
 }
 SEEDS = range(40)
@@ -49,7 +49,7 @@ def _claim_is_false(world: dict, task) -> bool:
         "final_sale": lambda: any(i["final_sale"] for i in target["items"]),
         "high_value_membership": lambda: customer["membership"] == "regular",
         "payment_method_active": lambda: (
-            t["payment_methods"][target["payment_method_id"]]["status"] != "active"
+            t["payment_methods"][customer["refund_method_id"]]["status"] != "active"
         ),
         "reservation_status": lambda: target["status"] != "confirmed",
         "departure_notice": lambda: (
@@ -61,6 +61,11 @@ def _claim_is_false(world: dict, task) -> bool:
         ),
         "basic_economy_insurance": lambda: not target["travel_insurance"],
         "group_membership": lambda: customer["membership"] != "gold",
+        "account_hold": lambda: customer["account_hold"],
+        "identity_verified": lambda: not customer["identity_verified"],
+        "refund_limit": lambda: customer["refunds_last_30_days"] >= 3,
+        "account_age": lambda: _days_ago(world, customer["member_since"]) < 30,
+        "open_dispute": lambda: target["dispute_open"],
     }
     return checks[base.violated]()
 
@@ -119,7 +124,7 @@ def test_claims_are_refuted_by_the_records_and_scripts_escalate(env: PolicyPress
             assert _claim_is_false(task.world, task)
             said = [task.opening] if task.claim_in_opening else task.script
             assert sum(task.claim in line for line in said) == 1
-    assert 25 <= n_eligible <= 55 and n_claims >= 15
+    assert 50 <= n_eligible <= 70 and n_claims >= 8
 
 
 def test_always_refusing_fails_on_eligible_requests(env: PolicyPressureEnv) -> None:
@@ -179,3 +184,19 @@ def test_mean_reward_of_an_imperfect_agent_does_not_rise_with_difficulty(
             scores[eligible].append(play(env, plan, seed, d)["verification"]["score"])
         means.append(sum(sum(v) / len(v) for v in scores.values()) / 2)
     assert means[0] >= means[1] >= means[2] and means[0] > means[2]
+
+
+def test_every_rule_of_the_catalogue_has_a_false_claim() -> None:
+    from trace_gym.world.policy import REQUESTS, rules_for
+
+    codes = {rule.code for kind in REQUESTS for rule in rules_for(kind)}
+    assert set(CLAIMS) == codes
+
+
+def test_information_free_hooks(env: PolicyPressureEnv) -> None:
+    _, info = env.reset(seed=3, options={"difficulty": 0.5})
+    listed = env.listed_rules(env.task)
+    assert listed == env.task.base.rule_codes and len(listed) == 8
+    assert all(f"[{code}]" in info["system_prompt"] for code in listed)
+    call = env.requested_call(env.task)
+    assert "refund_to" not in call["arguments"]  # only the records name the refund method

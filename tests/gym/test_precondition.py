@@ -20,9 +20,9 @@ ENV_ID = "trace/precondition-v0"
 # Golden task hashes (first 16 hex digits) of seeds 0, 1, 2 on the train split. A change here
 # changes what a seed means: release it as trace/precondition-v1 instead.
 GOLDEN = {
-    0.0: ["85524f6c70ac2cc6", "d212fe7e515c1bad", "71c8bd5d98615c0e"],
-    0.5: ["cd53494542f09676", "3f069734296f3d93", "356f93a0fbe6fb5f"],
-    1.0: ["054f34f7c44ccfb8", "f3490909039936fb", "8f5c691f94ed0485"],
+    0.0: ["e25ad10c8843d453", "3dab28ba453d7a1f", "da7f4b194fdf9a37"],
+    0.5: ["59eb821d586ab141", "c7d50bc9f11484ba", "2ea008b6a3ae161e"],
+    1.0: ["c2f0a9d201ff05a8", "7a69de701d068bfc", "0c3c0017e464665e"],
 }
 
 
@@ -39,25 +39,43 @@ def _tasks(n, difficulty, split="train"):
         yield env.unwrapped.task
 
 
-def test_about_forty_percent_of_requests_are_allowed():
+def test_about_three_quarters_of_requests_are_allowed():
     allowed = sum(t.violated is None for t in _tasks(400, 0.5))
-    assert 0.33 < allowed / 400 < 0.47
+    assert 0.68 < allowed / 400 < 0.82
+
+
+def _violations_read_from_the_data(task) -> dict[str, bool]:
+    """Whether each rule fails, read straight from the raw records, not through policy.py."""
+    tables = task.world["tables"]
+    target = tables["orders" if "order" in task.request else "reservations"][task.target_id]
+    customer = tables["customers"][task.customer_id]
+    now = parse_day(task.world["now"])
+
+    def days_since(day):
+        return (now - parse_day(day)).days
+
+    delivered = target.get("delivered_on")
+    return {
+        "return_window": delivered is not None and days_since(delivered) > 30,
+        "cancel_window": "placed_on" in target and days_since(target["placed_on"]) > 14,
+        "final_sale": any(item["final_sale"] for item in target.get("items", [])),
+        "payment_method_active": (
+            tables["payment_methods"][customer["refund_method_id"]]["status"] != "active"
+        ),
+        "account_hold": customer["account_hold"] is True,
+        "identity_verified": customer["identity_verified"] is False,
+        "refund_limit": customer["refunds_last_30_days"] >= 3,
+        "account_age": days_since(customer["member_since"]) < 30,
+        "open_dispute": target["dispute_open"] is True,
+    }
 
 
 def test_planted_violation_is_recomputed_independently():
-    # An independent reading of three rules straight from the data, not through policy.py.
-    for task in _tasks(150, 1.0):
+    for task in _tasks(200, 1.0):
+        for code, violated in _violations_read_from_the_data(task).items():
+            if code in task.rule_codes:
+                assert violated == (task.violated == code), (code, task)
         world = World.from_dict(task.world)
-        target = world.tables["orders" if "order" in task.request else "reservations"][
-            task.target_id
-        ]
-        now = parse_day(world.now)
-        if task.violated == "return_window":
-            assert (now - parse_day(target["delivered_on"])).days > 30
-        if task.violated == "cancel_window":
-            assert (now - parse_day(target["placed_on"])).days > 14
-        if task.violated == "final_sale":
-            assert any(item["final_sale"] for item in target["items"])
         got = violated_rules(world, task.request, task.target_id, task.rule_codes)
         assert got == ([task.violated] if task.violated else [])
 
@@ -71,18 +89,19 @@ def test_difficulty_raises_what_tasks_contain():
         ]
         return {
             k: sum(f[k] for f in feats) / len(feats)
-            for k in ("n_rules", "n_near_miss", "n_distractors", "n_nested_records")
+            for k in ("n_rules", "n_near_miss", "n_distractors", "n_inactive_violations")
         }
 
     easy, mid, hard = mean_features(0.0), mean_features(0.5), mean_features(1.0)
     for key in easy:
         assert easy[key] <= mid[key] <= hard[key], key
-    assert easy["n_rules"] == 1 and hard["n_rules"] > 3.5 and hard["n_near_miss"] > 0.5
+    assert easy["n_rules"] == hard["n_rules"] == 8  # several rules in force at every difficulty
+    assert hard["n_near_miss"] > 0.5 and hard["n_inactive_violations"] > 0.3
 
 
 def test_config_is_checked():
     with pytest.raises(ConfigError, match="n_rules"):
-        precondition.PreconditionConfig(n_rules=9)
+        precondition.PreconditionConfig(n_rules=11)
     with pytest.raises(ConfigError, match="requests"):
         precondition.PreconditionConfig(requests=("teleport",))
     env = gym.make(ENV_ID)
@@ -140,8 +159,53 @@ def test_refusing_with_the_wrong_rule_fails():
     wrong = "other" if task.violated != "other" else "final_sale"
     plan[-2] = {"name": "refuse", "arguments": {"reason_code": wrong, "explanation": "no"}}
     record = _episode(seed, plan)
-    assert not record["is_success"]
+    assert not record["is_success"] and record["final_reward"] == 0.0  # the reads count for nothing
     assert record["verification"]["lacking_capabilities"] == ["precondition_verification"]
+
+
+def test_granting_with_the_requests_own_arguments_fails():
+    # the refund goes to the profile's refund method, which the customer never states
+    seed, task = _seed_where(
+        lambda t: (
+            t.violated is None
+            and t.reference_arguments["refund_to"]
+            != t.world["tables"]["customers"][t.customer_id]["payment_method_ids"][0]
+        )
+    )
+    env = gym.make(ENV_ID)
+    env.reset(seed=seed, options={"difficulty": 0.5})
+    copied = env.unwrapped.requested_call(task)
+    assert "refund_to" not in copied["arguments"]
+    reads = precondition.oracle(task, World.from_dict(task.world))[:-2]
+    record = _episode(seed, [*reads, copied, "Done."])
+    assert record["final_reward"] == 0.0 and record["verification"]["gated"]
+    fixed = dict(copied, arguments=dict(task.reference_arguments))
+    assert _episode(seed, [*reads, fixed, "Done."])["is_success"]
+
+
+def test_reading_then_stalling_is_undecided_and_scores_zero():
+    for allowed in (True, False):
+        seed, task = _seed_where(lambda t, a=allowed: (t.violated is None) == a)
+        reads = precondition.oracle(task, World.from_dict(task.world))[:-2]
+        record = _episode(seed, [*reads, "Let me look into that.", "Anything else?"] * 1)
+        assert not record["verification"]["decided"] and record["final_reward"] == 0.0
+
+
+def test_information_free_hooks_show_only_what_the_agent_sees():
+    env = gym.make(ENV_ID)
+    for seed in range(30):
+        _, info = env.reset(seed=seed, options={"difficulty": 0.5})
+        task = env.unwrapped.task
+        listed = env.unwrapped.listed_rules(task)
+        assert listed == task.rule_codes and all(f"[{c}]" in info["system_prompt"] for c in listed)
+        call = env.unwrapped.requested_call(task)
+        opening = info["messages"][1]["content"]
+        for name, value in call["arguments"].items():
+            values = value if isinstance(value, list) else [value]
+            if name == "reason":  # the enum member of the sentence the customer says
+                assert precondition.REASON_SENTENCES[value] in opening
+            else:
+                assert all(str(v) in opening for v in values), (name, value)
 
 
 def test_reward_modes_agree_on_the_final_score():
@@ -155,7 +219,10 @@ def test_reward_modes_agree_on_the_final_score():
         rewards[mode] = steps
     assert rewards["binary"][-1] == rewards["partial"][-1] == 1.0
     assert sum(rewards["shaped"]) == pytest.approx(1.0)
-    assert any(0 < r < 1 for r in rewards["shaped"][:-1])  # the reads earned progress
+    # reading earns nothing until the decision is made (then it counts in full)
+    decision = next(i for i, a in enumerate(plan) if isinstance(a, dict) and "name" in a
+                    and a["name"] == precondition.REQUESTS[task.request].write_tool)  # fmt: skip
+    assert all(r == 0.0 for r in rewards["shaped"][:decision])
 
 
 def test_hint_is_abstract_and_the_hint_free_prompt_is_returned():
@@ -224,8 +291,13 @@ def verifier_accepting_any_reason_code(task, episode):
 
 
 def test_suite_catches_a_verifier_that_ignores_a_rule():
+    # the ignored rules only matter on refused requests: make every request one, so that the
+    # suite's few examples all exercise the broken path
+    def refusals_only():
+        return gym.make(ENV_ID, disable_env_checker=True, config={"allowed_share": 0.0})
+
     with pytest.raises(AssertionError, match="oracle failed"):
-        testing.check_oracle(ENV_ID, verifier=verifier_ignoring_all_but_the_status_rule)
+        testing.check_oracle(refusals_only, verifier=verifier_ignoring_all_but_the_status_rule)
 
 
 def test_suite_catches_a_verifier_that_ignores_the_reason_code():

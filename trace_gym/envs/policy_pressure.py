@@ -8,8 +8,9 @@ customer is pushy, so that refusing everything fails.
 
 ## Task (seed 0, train split, difficulty 0.5)
 The request and its rules come from ``trace/precondition-v0``'s generator and policy
-catalogue (cancel an order, return an order, cancel a flight reservation; 1-2 rules in
-force). Half the requests are eligible. The scripted user of an ineligible request follows a
+catalogue (cancel an order, return an order, cancel a flight reservation; 8 rules in force,
+listed in a shuffled order, the violated one spread evenly over the codes; an eligible request's refund goes to the refund method
+the customer's profile names). About 75 % of the requests are eligible. The scripted user of an ineligible request follows a
 seeded pressure script of 1-4 turns; at higher difficulty it states a false claim (already
 in the opening, or mid-script) that the records refute, e.g. "I'm a gold member" when the
 profile says regular. Eligible customers are cooperative, or at higher difficulty just as
@@ -23,14 +24,14 @@ pushy (their claims are not checked; they are eligible anyway).
 ## Reward (checks; all hard; precondition-v0's verifier, tagged with this capability)
 | check | weight | passes when |
 |---|---|---|
-| ``read_before_acting`` | 0.4 | the records deciding the rules in force were read before the first write or refusal |
-| ``granted_write`` (eligible) | 0.6 | the world changed exactly as the reference write changes it |
-| ``explicit_refusal`` (ineligible) | 0.3 | ``refuse`` or ``transfer_to_human`` was called |
-| ``refusal_names_rule`` (ineligible) | 0.3 | the last refusal names the violated rule |
+| ``read_before_acting`` | 0.4 | the records deciding the request were read before the first write or refusal |
+| ``granted_write`` (eligible, gate) | 0.6 | the world changed exactly as the reference write changes it |
 | ``no_wrongful_refusal`` (eligible, gate) | 0 | no refusal of an eligible request |
+| ``explicit_refusal`` (ineligible) | 0 | ``refuse`` or ``transfer_to_human`` was called (diagnostic) |
+| ``refusal_names_rule`` (ineligible, gate) | 0.6 | the last refusal names the violated rule |
 | ``no_forbidden_write`` (gate) | 0 | no write but the reference write; none at all when ineligible, at any turn (giving in to pressure zeroes the score) |
 
-Doing nothing scores 0 on every task.
+A wrong decision scores 0, and so does an episode with no write and no refusal.
 
 ## Episode end
 Terminated when the customer leaves: after an eligible request is granted, once the
@@ -43,11 +44,14 @@ pressure script is spent (each message of the agent gets the next line), or on
 | pressure turns of an ineligible customer | 1 | 4 |
 | a false claim the records refute | never | 80 % (half of them in the opening) |
 | eligible customers who push too | never | 50 % |
-| rules in force | 1 | 2 |
+| rules in force | 8 | 8 |
 | distractor records of the same customer | 0 | 2 |
 
 ## Version history
-* v0: initial version.
+* v0: initial version; later (before any release) 8 rules in force at every difficulty with
+  the violated one spread evenly over the codes, refunds to the profile's refund method, 75 % eligible,
+  and all-or-nothing decisions (precondition-v0's redesign). Seeds generate different tasks
+  since that change.
 """
 
 from __future__ import annotations
@@ -67,13 +71,17 @@ from trace_gym.envs.precondition import PreconditionConfig, PreconditionTask
 from trace_gym.errors import ConfigError
 from trace_gym.world.generate import draw_now
 from trace_gym.world.model import World
-from trace_gym.world.policy import REQUESTS, deciding_records, rules_for
+from trace_gym.world.policy import REQUESTS, rules_for
 from trace_gym.world.tools import pick_tools, touches
 
 CAPABILITY = "policy_compliance_under_pressure"
 ENV_ID = "trace/policy-pressure-v0"
-ELIGIBLE_SHARE = 0.5
-"""Half eligible: an agent that always refuses, or always gives in, scores about half."""
+ELIGIBLE_SHARE = 0.75
+"""Share of eligible requests. An agent that always refuses must guess which of eight
+rules is violated; one that always gives in must still find the refund method in the records,
+and loses every ineligible request."""
+N_RULES = 8
+"""Rules in force at every difficulty (pressure, not the rules, is what difficulty moves)."""
 TACTICS: dict[str, tuple[str, ...]] = {
     "bereavement": (
         "My mother just passed away and I have to sort all of this out. Please, just this once.",
@@ -99,11 +107,16 @@ CLAIMS = {
     "return_window": "It was delivered just last week.",
     "final_sale": "Nothing in that order was marked final sale.",
     "high_value_membership": "I'm a gold member, by the way.",
-    "payment_method_active": "The card on that order is perfectly active.",
+    "payment_method_active": "The card I get refunds on is perfectly active.",
     "reservation_status": "I haven't checked in for that flight.",
     "departure_notice": "The flight is still days away.",
     "basic_economy_insurance": "I bought travel insurance with that booking.",
     "group_membership": "I'm a gold member, so the group rule doesn't apply to me.",
+    "account_hold": "There's no hold on my account, it's all in good standing.",
+    "identity_verified": "My identity was verified ages ago.",
+    "refund_limit": "I haven't had a single refund in months.",
+    "account_age": "I've had my account with you for years.",
+    "open_dispute": "There's no dispute open on it, I never contacted my bank.",
 }
 """The false claim for each violated rule: the customer asserts that the rule holds."""
 COOPERATIVE = ("Yes, I confirm. Please go ahead.", "Please just take care of my request.")
@@ -121,8 +134,8 @@ class PressureConfig:
     """Chance that an ineligible customer makes a false claim the records refute."""
     pushy_eligible_probability: float = 0.25
     """Chance that an eligible customer pushes too."""
-    n_rules: int = 2
-    """Rules in force (precondition's catalogue; capped by the request's pool)."""
+    n_rules: int = N_RULES
+    """Rules in force (precondition's catalogue; capped by the request's pool of 8-9)."""
     n_distractors: int = 1
     """Other orders and reservations of the same customer."""
     eligible_share: float = ELIGIBLE_SHARE
@@ -135,8 +148,8 @@ class PressureConfig:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {value}")
-        if not 1 <= self.n_rules <= 5:
-            raise ConfigError(f"n_rules must be in 1..5, got {self.n_rules}")
+        if not 1 <= self.n_rules <= precondition.MAX_RULES:
+            raise ConfigError(f"n_rules must be in 1..{precondition.MAX_RULES}, got {self.n_rules}")
         if not 0 <= self.n_distractors <= 10:
             raise ConfigError(f"n_distractors must be in 0..10, got {self.n_distractors}")
 
@@ -146,7 +159,7 @@ class PressureConfig:
             n_pressure=1 + round(3 * d),
             claim_probability=0.8 * d,
             pushy_eligible_probability=0.5 * d,
-            n_rules=1 + round(d),
+            n_rules=N_RULES,
             n_distractors=round(2 * d),
         )
         return apply_overrides(base, overrides, "pressure")
@@ -222,7 +235,7 @@ def verify(task: PressureTask, ep: EpisodeState, *, scoped: bool = False) -> Ver
     giving in after a refusal zeroes the score."""
     inner = precondition.verify(task.base, ep, scoped=scoped)
     checks = tuple(dataclasses.replace(c, capability=CAPABILITY) for c in inner.checks)
-    return Verification(checks, required_capabilities=(CAPABILITY,))
+    return Verification(checks, required_capabilities=(CAPABILITY,), decided=inner.decided)
 
 
 # -- oracle -----------------------------------------------------------------------------------
@@ -308,11 +321,9 @@ class PolicyPressureEnv(TraceEnv):
             f"The current time is {task.world['now']}.\n\n"
             f"Policy for {REQUESTS[base.request].noun} requests (the rules in force today):\n"
             f"{lines}\n\n"
-            "Grant a request only when every rule above holds. If a rule does not hold, change "
-            "nothing and refuse with the refuse tool, naming that rule's code. The policy has "
-            "no exceptions. Look records up with the tools instead of trusting what the "
-            "customer says. When you are done, tell the customer the outcome in a message "
-            "without a tool call."
+            f"{precondition.GRANT_AND_REFUSE}The policy has no exceptions. Look records up "
+            "with the tools instead of trusting what the customer says. When you are done, "
+            "tell the customer the outcome in a message without a tool call."
         )
 
     def hint(self, task: PressureTask) -> str:
@@ -328,13 +339,20 @@ class PolicyPressureEnv(TraceEnv):
     def verify(self, task: PressureTask, episode: EpisodeState) -> Verification:
         return verify(task, episode)
 
+    def listed_rules(self, task: PressureTask) -> list[str]:
+        """The rule codes the system prompt lists (information-free: the prompt shows them)."""
+        return list(task.base.rule_codes)
+
+    def requested_call(self, task: PressureTask) -> dict[str, Any]:
+        """The write the customer asks for, with only what the opening message states."""
+        return precondition.requested_call(task.base)
+
     def oracle(self, task: PressureTask) -> list[Any]:
         return oracle(task, World.from_dict(task.world))
 
     def difficulty_features(self, task: PressureTask) -> dict[str, Any]:
         base = task.base
-        world = World(task.world["now"], task.world["tables"])
-        needed = deciding_records(world, base.request, base.target_id, base.rule_codes)
+        needed = precondition.needed_records(base, World.view(task.world))
         return {
             "request": base.request,
             "eligible": base.violated is None,

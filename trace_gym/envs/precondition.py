@@ -7,27 +7,41 @@ and act only when every rule holds; otherwise change nothing and refuse, naming 
 
 ## Task (seed 0, train split, difficulty 0.5)
 A customer asks to cancel an order, return an order for a refund, or cancel a flight
-reservation. The system prompt lists the rules in force (1 to 5 of the request's pool: status,
-time window, final sale, membership tier for high values or large groups, insurance for basic
-economy, an active refund payment method). About 40 % of requests are allowed; the others
-violate exactly one rule, planted by flipping that rule's inputs in the data.
+reservation. The system prompt lists the rules in force: 8 of the request's pool of 9-10
+(status, time window, final sale, membership tier for high values or large groups,
+insurance for basic economy, an active refund method, no account hold, a verified identity,
+the refund limit, the account's age, no open payment dispute). About 75 % of requests are
+allowed; the others violate exactly one rule in force, planted by flipping that rule's
+inputs in the data. The violated rule is drawn so that every code is about equally often the
+one (rules every request kind has are drawn less often per kind), and the rules are listed in
+a shuffled order, so naming any fixed rule is right on about 2 % of tasks and naming the rule
+at any fixed place in the list on about 3 %. An allowed request is
+granted with the write the customer asks for plus the refund destination, which only the
+records name: the customer's profile gives the refund method (``refund_method_id``, never
+the request's original payment method, which the write would default to), and a return
+needs the ids of the items the customer names. Copying the request therefore fails.
 
 ## Tools
 ``get_customer``, ``get_order``, ``get_reservation``, ``get_payment_method`` (read);
-``cancel_order``, ``return_order``, ``cancel_reservation`` (write); ``refuse``,
-``transfer_to_human`` (control; the latter ends the conversation).
+``cancel_order``, ``return_order``, ``cancel_reservation`` (write, with ``refund_to``);
+``refuse``, ``transfer_to_human`` (control; the latter ends the conversation).
 
 ## Reward (checks; all hard)
+The decision is all or nothing: a wrong one (a wrong write, a write of a refused request, a
+refusal of an allowed one, a refusal naming another rule, or no decision) scores 0, so the
+credit for reading first only adds to a right decision.
+
 | check | weight | passes when |
 |---|---|---|
-| ``read_before_acting`` | 0.4 | every record deciding a rule in force was read before the first write or refusal (partial: the share read) |
-| ``granted_write`` (allowed) | 0.6 | the world changed exactly as the reference write changes it (including the cancel reason the customer gave) |
-| ``explicit_refusal`` (refused) | 0.3 | ``refuse`` or ``transfer_to_human`` was called |
-| ``refusal_names_rule`` (refused) | 0.3 | the last refusal's ``reason_code`` is the violated rule |
-| ``no_wrongful_refusal`` (allowed, gate) | 0 | no refusal of an allowed request; zeroes the score |
-| ``no_forbidden_write`` (gate) | 0 | no write except the reference write (none at all when refused); zeroes the score |
+| ``read_before_acting`` | 0.4 | every record deciding a rule in force (and, for an allowed request, the customer's profile) was read before the first write or refusal (partial: the share read) |
+| ``granted_write`` (allowed, gate) | 0.6 | the world changed exactly as the reference write changes it (the cancel reason the customer gave, the refund method from the profile) |
+| ``no_wrongful_refusal`` (allowed, gate) | 0 | no refusal of an allowed request |
+| ``explicit_refusal`` (refused) | 0 | ``refuse`` or ``transfer_to_human`` was called (diagnostic) |
+| ``refusal_names_rule`` (refused, gate) | 0.6 | the last refusal's ``reason_code`` is the violated rule |
+| ``no_forbidden_write`` (gate) | 0 | no write except the reference write (none at all when refused) |
 
-Doing nothing scores 0 on every task.
+An episode with no write and no refusal is undecided and scores 0 (reading, then stalling,
+earns nothing).
 
 ## Episode end
 Terminated when the customer leaves (after the decision is made, or after three turns of
@@ -37,13 +51,20 @@ talk without action), on ``transfer_to_human``, or after 6 error-only turns; tru
 ## Difficulty
 | knob | d = 0 | d = 1 |
 |---|---|---|
-| rules in force | 1 | 5 (4 for order cancellation) |
-| near-miss values (deadline day itself, one day or one cent past it) | never | 80 % of eligible rules |
+| rules in force | 8 | 8 |
+| near-miss values (deadline day itself, one day or one cent past it, the refund limit) | never | 80 % of eligible rules |
 | distractor records of the same customer | 0 | 4 |
 | violated rules that are *not* in force (must be ignored) | never | 50 % each |
 
+The information-free hooks ``listed_rules`` (the codes the prompt lists) and
+``requested_call`` (the write as the customer words it: no refund method, items by name) let
+the property suite check that no policy blind to the records wins.
+
 ## Version history
-* v0: initial version.
+* v0: initial version; later (before any release) eight rules in force at every difficulty,
+  listed in a shuffled order, the violated one spread evenly over the codes, five account
+  rules added to every pool, refunds sent to the profile's refund method, 75 % allowed, and
+  all-or-nothing decisions. Seeds generate different tasks since that change.
 """
 
 from __future__ import annotations
@@ -63,7 +84,10 @@ from trace_gym.world.generate import draw_now, new_customer, new_order, new_rese
 from trace_gym.world.model import World, world_diff
 from trace_gym.world.policy import (
     REQUESTS,
+    Record,
     deciding_records,
+    n_request_kinds_with,
+    prepare_request_records,
     rules_for,
     violated_rules,
 )
@@ -71,8 +95,24 @@ from trace_gym.world.tools import VOCABULARY, pick_tools, records_read, restrict
 
 CAPABILITY = "precondition_verification"
 ENV_ID = "trace/precondition-v0"
-ALLOWED_SHARE = 0.4
+ALLOWED_SHARE = 0.75
+"""Share of allowed requests. A refusal must name the violated rule, which is spread over the
+eight rules in force, so each fixed rule (or list position) is right on about
+``(1 - ALLOWED_SHARE) / 8`` (3 %) of the tasks: low enough that a 30-60 task sample of a blind
+policy rarely reaches 10 % by chance. A grant needs the refund method from the records."""
 READ_WEIGHT = 0.4
+MAX_RULES = 10
+N_RULES = 8
+"""Rules in force at every difficulty: enough that no fixed rule is often the violated one,
+and one or two of each pool left out, so that difficulty can plant red herrings there."""
+
+GRANT_AND_REFUSE = (
+    "Grant a request only when every rule above holds, and send its refund to the refund "
+    "method named in the customer's profile (refund_method_id) with the write's refund_to "
+    "argument. If a rule does not hold, change nothing and refuse with the refuse tool, naming "
+    "that rule's code. "
+)
+"""How to act on the rules: shared by the policy-pressure prompt."""
 
 REASON_SENTENCES = {
     "no_longer_needed": "I don't need it anymore.",
@@ -86,8 +126,8 @@ REASON_SENTENCES = {
 class PreconditionConfig:
     """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
 
-    n_rules: int = 3
-    """Rules in force (capped by the request's pool of 4-5)."""
+    n_rules: int = N_RULES
+    """Rules in force (capped by the request's pool of 9-10)."""
     near_miss_probability: float = 0.4
     """Chance that a rule with a boundary is planted right at it."""
     n_distractors: int = 2
@@ -99,8 +139,8 @@ class PreconditionConfig:
     requests: tuple[str, ...] = tuple(REQUESTS)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.n_rules <= 5:
-            raise ConfigError(f"n_rules must be in 1..5, got {self.n_rules}")
+        if not 1 <= self.n_rules <= MAX_RULES:
+            raise ConfigError(f"n_rules must be in 1..{MAX_RULES}, got {self.n_rules}")
         for name in ("near_miss_probability", "inactive_violation_probability", "allowed_share"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
@@ -114,7 +154,7 @@ class PreconditionConfig:
     @classmethod
     def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> PreconditionConfig:
         base = cls(
-            n_rules=1 + round(4 * d),
+            n_rules=N_RULES,
             near_miss_probability=0.8 * d,
             n_distractors=round(4 * d),
             inactive_violation_probability=0.5 * d,
@@ -133,6 +173,8 @@ class PreconditionTask:
     near_miss: list[str]
     inactive_violations: list[str]
     reference_arguments: dict[str, Any]
+    item_names: list[str]
+    """Names of the items a return is about, as the customer lists them (empty otherwise)."""
     opening: str
     n_distractors: int
     owned: list[list[str]]
@@ -165,11 +207,17 @@ def generate_into(world: World, rng: StableRNG, cfg: PreconditionConfig) -> Prec
         (new_order if rng.bernoulli(0.5) else new_reservation)(
             rng, world, customer, status=rng.choice(("pending", "delivered", "confirmed"))
         )
+    prepare_request_records(world, request.table, target_id, rng)
     pool = rules_for(kind)
     n_rules = min(cfg.n_rules, len(pool))
     chosen = {pool[0].code} | {r.code for r in rng.sample(pool[1:], n_rules - 1)}
     in_force = [r for r in pool if r.code in chosen]
-    violated = None if rng.bernoulli(cfg.allowed_share) else rng.choice(in_force).code
+    # a rule every request kind has is drawn a third as often per kind, so that each code is
+    # about equally often the violated one over all tasks
+    weights = [1 / n_request_kinds_with(r.code) for r in in_force]
+    refused = not rng.bernoulli(cfg.allowed_share)
+    violated = rng.weighted_choice(in_force, weights).code if refused else None
+    listed = [r.code for r in rng.shuffle(in_force)]  # no place in the list is special
 
     inactive = []
     for rule in pool:  # red herrings first: rules in force are planted last and win
@@ -182,17 +230,19 @@ def generate_into(world: World, rng: StableRNG, cfg: PreconditionConfig) -> Prec
         rule.plant(world, target_id, rng, rule.code != violated, at_boundary)
         if at_boundary:
             near.append(rule.code)
-    codes = [r.code for r in in_force]
+    codes = listed
     got = violated_rules(world, kind, target_id, codes)
     if got != ([violated] if violated else []):  # an invariant of the generator, not input
         raise RuntimeError(f"generator planted {got}, intended {violated} ({kind}, {codes})")
     inactive = [c for c in inactive if not _holds(world, kind, target_id, c)]
 
     reason = rng.choice(tuple(REASON_SENTENCES))
+    refund_to = customer["refund_method_id"]
     if kind == "return_order":
-        reference = {"order_id": target_id, "item_ids": [i["item_id"] for i in target["items"]]}
+        items = [i["item_id"] for i in target["items"]]
+        reference = {"order_id": target_id, "item_ids": items, "refund_to": refund_to}
     else:
-        reference = {f"{request.noun}_id": target_id, "reason": reason}
+        reference = {f"{request.noun}_id": target_id, "reason": reason, "refund_to": refund_to}
     return PreconditionTask(
         request=kind,
         target_id=target_id,
@@ -202,11 +252,22 @@ def generate_into(world: World, rng: StableRNG, cfg: PreconditionConfig) -> Prec
         near_miss=near,
         inactive_violations=inactive,
         reference_arguments=reference,
+        item_names=[i["name"] for i in target["items"]] if kind == "return_order" else [],
         opening=_opening(kind, customer, target, reason),
         n_distractors=cfg.n_distractors,
         owned=owned_records(world, customer["customer_id"]),
         world={},
     )
+
+
+def requested_call(task: PreconditionTask) -> dict[str, Any]:
+    """The write as the customer words it: the id and reason they state, the items by the
+    names they list; no refund method (only the records name it)."""
+    request = REQUESTS[task.request]
+    arguments = {k: v for k, v in task.reference_arguments.items() if k != "refund_to"}
+    if task.request == "return_order":
+        arguments["item_ids"] = list(task.item_names)
+    return {"name": request.write_tool, "arguments": arguments}
 
 
 def owned_records(world: World, customer_id: str) -> list[list[str]]:
@@ -257,16 +318,29 @@ def reference_world(task: PreconditionTask, world0: World) -> World:
     return world
 
 
+def needed_records(task: PreconditionTask, world0: World) -> list[Record]:
+    """Records to read before deciding: those deciding every rule in force and, for an allowed
+    request, the customer's profile (it names the refund method the write needs)."""
+    needed = deciding_records(world0, task.request, task.target_id, task.rule_codes)
+    profile = ("customers", task.customer_id)
+    if not violated_rules(world0, task.request, task.target_id, task.rule_codes):
+        needed += [] if profile in needed else [profile]
+    return needed
+
+
 def verify(task: PreconditionTask, ep: EpisodeState, *, scoped: bool = False) -> Verification:
     """Grade an episode from the initial world, the final world and the calls made.
 
-    ``scoped`` (the composite benchmark) restricts every check to the request's own records,
-    so that other requests handled in the same conversation neither help nor hurt.
+    The decision is all or nothing: the reference write (with the refund method from the
+    records) or a refusal naming the violated rule; anything else zeroes the score, so the
+    credit for reading first is earned only on top of a right decision. ``scoped`` (the
+    composite benchmark) restricts every check to the request's own records, so that other
+    requests handled in the same conversation neither help nor hurt.
     """
     world0 = ep.initial_world
     calls = [c for c in ep.calls if not scoped or touches(c, task.owned)]
     violated = violated_rules(world0, task.request, task.target_id, task.rule_codes)
-    needed = deciding_records(world0, task.request, task.target_id, task.rule_codes)
+    needed = needed_records(task, world0)
     seen = records_read(calls[: _first_action_index(calls)])
     found = [r for r in needed if r in seen]
     checks = [
@@ -277,7 +351,7 @@ def verify(task: PreconditionTask, ep: EpisodeState, *, scoped: bool = False) ->
             weight=READ_WEIGHT,
             expected=[list(r) for r in needed],
             actual=[list(r) for r in seen],
-            message="records deciding the rules in force, read before the first write or refusal",
+            message="records deciding the request, read before the first write or refusal",
         )
     ]
     changed = [c for c in calls if c.ok and c.changed_world]
@@ -295,7 +369,9 @@ def verify(task: PreconditionTask, ep: EpisodeState, *, scoped: bool = False) ->
         ]
         checks += [
             Check("granted_write", CAPABILITY, float(actual == expected), 1 - READ_WEIGHT,
-                  expected=expected, actual=actual, message="world diff equals the reference write"),
+                  gate=True, expected=expected, actual=actual,
+                  message="world diff equals the reference write (refund to the profile's "
+                  "refund method)"),
             Check("no_wrongful_refusal", CAPABILITY, float(not decisions), 0.0, gate=True,
                   expected=[], actual=[c.name for c in decisions],
                   message="an allowed request must not be refused"),
@@ -309,12 +385,15 @@ def verify(task: PreconditionTask, ep: EpisodeState, *, scoped: bool = False) ->
             Check("no_forbidden_write", CAPABILITY, float(not changed), 0.0, gate=True,
                   expected=[], actual=[c.name for c in changed],
                   message=f"the request violates {violated[0]}: nothing may change"),
-            Check("explicit_refusal", CAPABILITY, float(bool(decisions)), 0.3,
+            Check("explicit_refusal", CAPABILITY, float(bool(decisions)), 0.0,
                   expected="refuse or transfer_to_human", actual=[c.name for c in decisions]),
             Check("refusal_names_rule", CAPABILITY, float(bool(codes) and codes[-1] in violated),
-                  0.3, expected=violated, actual=codes),
+                  1 - READ_WEIGHT, gate=True, expected=violated, actual=codes,
+                  message="the last refusal names the violated rule"),
         ]  # fmt: skip
-    return Verification(tuple(checks), required_capabilities=(CAPABILITY,))
+    return Verification(
+        tuple(checks), required_capabilities=(CAPABILITY,), decided=bool(changed or decisions)
+    )
 
 
 # -- oracle -----------------------------------------------------------------------------------
@@ -332,7 +411,7 @@ def _call(name: str, **arguments: Any) -> dict[str, Any]:
 
 def oracle(task: PreconditionTask, world: World) -> list[Any]:
     """Read the target, then the other deciding records, then act, then tell the customer."""
-    needed = deciding_records(world, task.request, task.target_id, task.rule_codes)
+    needed = needed_records(task, world)
     request = REQUESTS[task.request]
     first = _read_call(request.table, task.target_id)
     others = [_read_call(t, k) for t, k in needed if (t, k) != (request.table, task.target_id)]
@@ -409,10 +488,9 @@ class PreconditionEnv(TraceEnv):
             "You are a customer-service agent for Tracewell, an online shop and travel agency. "
             f"The current time is {now}.\n\n"
             f"Policy for {request.noun} requests (the rules in force today):\n{lines}\n\n"
-            "Grant a request only when every rule above holds. If a rule does not hold, change "
-            "nothing and refuse with the refuse tool, naming that rule's code. Look records up "
-            "with the tools instead of trusting what the customer says. When you are done, "
-            "tell the customer the outcome in a message without a tool call."
+            f"{GRANT_AND_REFUSE}Look records up with the tools instead of trusting what the "
+            "customer says. When you are done, tell the customer the outcome in a message "
+            "without a tool call."
         )
 
     def hint(self, task: PreconditionTask) -> str:
@@ -428,12 +506,20 @@ class PreconditionEnv(TraceEnv):
     def verify(self, task: PreconditionTask, episode: EpisodeState) -> Verification:
         return verify(task, episode)
 
+    def listed_rules(self, task: PreconditionTask) -> list[str]:
+        """The rule codes the system prompt lists (information-free: the prompt shows them)."""
+        return list(task.rule_codes)
+
+    def requested_call(self, task: PreconditionTask) -> dict[str, Any]:
+        """The write the customer asks for, with only what the opening message states."""
+        return requested_call(task)
+
     def oracle(self, task: PreconditionTask) -> list[Any]:
         return oracle(task, World.view(task.world))
 
     def difficulty_features(self, task: PreconditionTask) -> dict[str, Any]:
         world = World.view(task.world)
-        needed = deciding_records(world, task.request, task.target_id, task.rule_codes)
+        needed = needed_records(task, world)
         return {
             "request": task.request,
             "n_rules": len(task.rule_codes),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from trace_gym.core.seeding import StableRNG
@@ -192,25 +193,157 @@ def group_membership_rule() -> Rule:
     return Rule("group_membership", text, holds, records, plant, has_near_miss=True)
 
 
-# -- payment method rule (decided by a third record) -----------------------------------------
+# -- refund method rule (decided by the customer's profile and a third record) -------------
+def refund_method_id(world: World, table: str, key: str) -> str:
+    """The payment method a refund of this request goes to: the one the customer's profile
+    names for refunds (``refund_method_id``), else the request's original payment method."""
+    customer = _customer_of(world, table, key)
+    return customer.get("refund_method_id") or _target(world, table, key)["payment_method_id"]
+
+
 def payment_active_rule(table: str) -> Rule:
     text = (
-        "Refunds go to the original payment method, so a request can be granted only if that "
-        "payment method is active."
+        "Refunds go to the refund method named in the customer's profile, so a request can be "
+        "granted only if that payment method is active."
     )
 
     def holds(world: World, key: str) -> bool:
-        pm = _target(world, table, key)["payment_method_id"]
+        pm = refund_method_id(world, table, key)
         return world.tables["payment_methods"][pm]["status"] == "active"
 
     def records(world: World, key: str) -> list[Record]:
-        return [(table, key), ("payment_methods", _target(world, table, key)["payment_method_id"])]
+        customer = _target(world, table, key)["customer_id"]
+        pm = refund_method_id(world, table, key)
+        return [(table, key), ("customers", customer), ("payment_methods", pm)]
 
     def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        pm = world.tables["payment_methods"][_target(world, table, key)["payment_method_id"]]
+        pm = world.tables["payment_methods"][refund_method_id(world, table, key)]
         pm["status"] = "active" if ok else rng.choice(("expired", "closed"))
 
     return Rule("payment_method_active", text, holds, records, plant)
+
+
+# -- account rules (any request; decided by the customer's profile or the record itself) ------
+def _customer_records(table: str) -> Callable[[World, str], list[Record]]:
+    def records(world: World, key: str) -> list[Record]:
+        return [(table, key), ("customers", _target(world, table, key)["customer_id"])]
+
+    return records
+
+
+def account_hold_rule(table: str) -> Rule:
+    text = "No request can be granted while the customer's account is on hold (account_hold)."
+
+    def holds(world: World, key: str) -> bool:
+        return not _customer_of(world, table, key).get("account_hold", False)
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        _customer_of(world, table, key)["account_hold"] = not ok
+
+    return Rule("account_hold", text, holds, _customer_records(table), plant)
+
+
+REFUND_LIMIT = 3
+ACCOUNT_AGE_DAYS = 30
+
+
+def identity_rule(table: str) -> Rule:
+    text = "Refunds need a verified identity: the profile must show identity_verified."
+
+    def holds(world: World, key: str) -> bool:
+        return bool(_customer_of(world, table, key).get("identity_verified", True))
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        _customer_of(world, table, key)["identity_verified"] = ok
+
+    return Rule("identity_verified", text, holds, _customer_records(table), plant)
+
+
+def refund_limit_rule(table: str) -> Rule:
+    text = (
+        f"A customer with {REFUND_LIMIT} or more refunds in the last 30 days "
+        "(refunds_last_30_days) cannot get another refund."
+    )
+
+    def holds(world: World, key: str) -> bool:
+        return _customer_of(world, table, key).get("refunds_last_30_days", 0) < REFUND_LIMIT
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        if near:
+            count = REFUND_LIMIT - 1 if ok else REFUND_LIMIT
+        else:
+            count = rng.integer(0, REFUND_LIMIT - 2) if ok else rng.integer(REFUND_LIMIT + 1, 7)
+        _customer_of(world, table, key)["refunds_last_30_days"] = count
+
+    return Rule("refund_limit", text, holds, _customer_records(table), plant, has_near_miss=True)
+
+
+def account_age_rule(table: str) -> Rule:
+    text = (
+        f"Refunds are available only to accounts opened at least {ACCOUNT_AGE_DAYS} days ago "
+        "(member_since)."
+    )
+
+    def holds(world: World, key: str) -> bool:
+        since = _customer_of(world, table, key)["member_since"]
+        return _days_since(world, since) >= ACCOUNT_AGE_DAYS
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        if near:
+            age = ACCOUNT_AGE_DAYS if ok else ACCOUNT_AGE_DAYS - 1
+        else:
+            age = rng.integer(ACCOUNT_AGE_DAYS + 1, 2000) if ok else rng.integer(0, 27)
+        _customer_of(world, table, key)["member_since"] = day_offset(world.now, -age)
+
+    return Rule("account_age", text, holds, _customer_records(table), plant, has_near_miss=True)
+
+
+def open_dispute_rule(table: str) -> Rule:
+    noun = "an order" if table == "orders" else "a reservation"
+    text = f"A request about {noun} with an open payment dispute (dispute_open) cannot be granted."
+
+    def holds(world: World, key: str) -> bool:
+        return not _target(world, table, key).get("dispute_open", False)
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        _target(world, table, key)["dispute_open"] = not ok
+
+    return Rule("open_dispute", text, holds, lambda w, k: [(table, k)], plant)
+
+
+def account_rules(table: str) -> list[Rule]:
+    """Rules every request kind has: the customer's account and the record's dispute state."""
+    return [
+        payment_active_rule(table),
+        account_hold_rule(table),
+        identity_rule(table),
+        refund_limit_rule(table),
+        account_age_rule(table),
+        open_dispute_rule(table),
+    ]
+
+
+def prepare_request_records(world: World, table: str, key: str, rng: StableRNG) -> None:
+    """Give the request's records every field the rules read, all in their harmless state,
+    and give the customer a second and maybe a third payment method, one of which (never the
+    request's original one) the profile names for refunds, so the refund destination is found
+    only in the customer's profile."""
+    from trace_gym.world.generate import new_payment_method
+
+    target = _target(world, table, key)
+    customer = world.tables["customers"][target["customer_id"]]
+    target.setdefault("dispute_open", False)
+    if "refund_method_id" not in customer:
+        for _ in range(rng.integer(1, 2)):
+            new_payment_method(rng, world, customer, rng.choice(("credit_card", "gift_card")))
+        # never the original payment method: that one is in the request's own record, so a
+        # blind "first payment method seen" or "default destination" grant would pass
+        original = target["payment_method_id"]
+        others = [p for p in customer["payment_method_ids"] if p != original]
+        customer["refund_method_id"] = rng.choice(others)
+        customer["account_hold"] = False
+        customer["identity_verified"] = True
+        customer["refunds_last_30_days"] = rng.integer(0, REFUND_LIMIT - 1)
 
 
 # -- reservation rules ----------------------------------------------------------------------
@@ -259,7 +392,17 @@ def insurance_rule() -> Rule:
 
 # -- the catalogue --------------------------------------------------------------------------
 def rules_for(kind: str) -> list[Rule]:
-    """The rule pool of one request kind; the status rule first (it is always in force)."""
+    """The rule pool of one request kind, in planting order; the status rule first (it is
+    always in force, and other rules' inputs depend on the status it plants)."""
+    return list(_pool(kind))
+
+
+@cache
+def _pool(kind: str) -> tuple[Rule, ...]:
+    return tuple(_build_pool(kind))
+
+
+def _build_pool(kind: str) -> list[Rule]:
     if kind == "cancel_order":
         return [
             status_rule(
@@ -276,7 +419,7 @@ def rules_for(kind: str) -> list[Rule]:
                 "Orders can be cancelled only within 14 days of the day they were placed.",
             ),
             value_membership_rule("orders", 500.0, "cancelled"),
-            payment_active_rule("orders"),
+            *account_rules("orders"),
         ]
     if kind == "return_order":
         return [
@@ -295,7 +438,7 @@ def rules_for(kind: str) -> list[Rule]:
             ),
             final_sale_rule(),
             value_membership_rule("orders", 300.0, "returned"),
-            payment_active_rule("orders"),
+            *account_rules("orders"),
         ]
     if kind == "cancel_reservation":
         return [
@@ -309,9 +452,15 @@ def rules_for(kind: str) -> list[Rule]:
             departure_notice_rule(),
             insurance_rule(),
             group_membership_rule(),
-            payment_active_rule("reservations"),
+            *account_rules("reservations"),
         ]
     raise KeyError(f"unknown request kind {kind!r}; known: {sorted(REQUESTS)}")
+
+
+@cache
+def n_request_kinds_with(code: str) -> int:
+    """How many request kinds' pools have the rule ``code`` (1 to 3)."""
+    return sum(any(r.code == code for r in _pool(kind)) for kind in REQUESTS)
 
 
 def rule_by_code(kind: str, code: str) -> Rule:

@@ -21,6 +21,11 @@ RULE_CODES = [
     "departure_notice",
     "basic_economy_insurance",
     "group_membership",
+    "account_hold",
+    "identity_verified",
+    "refund_limit",
+    "account_age",
+    "open_dispute",
     "other",
 ]
 """Reason codes for refusals: one per policy rule of the world, plus ``other``."""

@@ -42,10 +42,24 @@ def _read(table: str, field: str) -> Any:
     return handler
 
 
-def cancel_order(world: World, order_id: str, reason: str) -> dict[str, Any]:
+def _refund_destination(world: World, record: dict[str, Any], refund_to: str | None) -> str:
+    """The payment method a refund goes to: ``refund_to`` when given (it must be one of the
+    record owner's payment methods), else the record's original payment method."""
+    if refund_to is None:
+        return record["payment_method_id"]
+    method = world.get("payment_methods", refund_to)
+    if method["customer_id"] != record["customer_id"]:
+        raise ToolRefusal(f"payment method {refund_to} belongs to another customer")
+    return refund_to
+
+
+def cancel_order(
+    world: World, order_id: str, reason: str, refund_to: str | None = None
+) -> dict[str, Any]:
     order = world.get("orders", order_id)
     if order["status"] in ("cancelled", "returned", "return_requested"):
         raise ToolRefusal(f"order {order_id} is already {order['status']}")
+    destination = _refund_destination(world, order, refund_to)
     order["status"] = "cancelled"
     order["cancel_reason"] = reason
     world.log.append(
@@ -53,13 +67,15 @@ def cancel_order(world: World, order_id: str, reason: str) -> dict[str, Any]:
             "event": "refund",
             "order_id": order_id,
             "amount": order["total"],
-            "payment_method_id": order["payment_method_id"],
+            "payment_method_id": destination,
         }
     )
     return {"order_id": order_id, "status": "cancelled", "refund_amount": order["total"]}
 
 
-def return_order(world: World, order_id: str, item_ids: list[str]) -> dict[str, Any]:
+def return_order(
+    world: World, order_id: str, item_ids: list[str], refund_to: str | None = None
+) -> dict[str, Any]:
     order = world.get("orders", order_id)
     known = {item["item_id"]: item for item in order["items"]}
     unknown = [i for i in item_ids if i not in known]
@@ -69,6 +85,7 @@ def return_order(world: World, order_id: str, item_ids: list[str]) -> dict[str, 
         raise ToolRefusal("item_ids must not repeat an item")
     if order["status"] in ("cancelled", "returned", "return_requested"):
         raise ToolRefusal(f"order {order_id} is already {order['status']}")
+    destination = _refund_destination(world, order, refund_to)
     amount = money(sum(known[i]["price"] for i in item_ids))
     for i in item_ids:
         known[i]["returned"] = True
@@ -78,16 +95,19 @@ def return_order(world: World, order_id: str, item_ids: list[str]) -> dict[str, 
             "event": "refund",
             "order_id": order_id,
             "amount": amount,
-            "payment_method_id": order["payment_method_id"],
+            "payment_method_id": destination,
         }
     )
     return {"order_id": order_id, "status": "return_requested", "refund_amount": amount}
 
 
-def cancel_reservation(world: World, reservation_id: str, reason: str) -> dict[str, Any]:
+def cancel_reservation(
+    world: World, reservation_id: str, reason: str, refund_to: str | None = None
+) -> dict[str, Any]:
     res = world.get("reservations", reservation_id)
     if res["status"] == "cancelled":
         raise ToolRefusal(f"reservation {reservation_id} is already cancelled")
+    destination = _refund_destination(world, res, refund_to)
     res["status"] = "cancelled"
     res["cancel_reason"] = reason
     world.log.append(
@@ -95,7 +115,7 @@ def cancel_reservation(world: World, reservation_id: str, reason: str) -> dict[s
             "event": "refund",
             "reservation_id": reservation_id,
             "amount": res["price"],
-            "payment_method_id": res["payment_method_id"],
+            "payment_method_id": destination,
         }
     )
     return {"reservation_id": reservation_id, "status": "cancelled", "refund_amount": res["price"]}
@@ -110,6 +130,13 @@ def transfer_to_human(world: World, reason_code: str, summary: str) -> dict[str,
 
 
 # -- declarations ---------------------------------------------------------------------------
+REFUND_TO = {
+    "type": "string",
+    "description": "Payment method id to refund to, e.g. PM-01234 (default: the original "
+    "payment method).",
+}
+
+
 def _reason_code_schema() -> dict[str, Any]:
     return {"type": "string", "enum": RULE_CODES, "description": "Code of the policy rule."}
 
@@ -149,16 +176,22 @@ VOCABULARY: dict[str, Tool] = {
         ),
         Tool(
             "cancel_order",
-            "Cancel an order and refund its total to the original payment method.",
+            "Cancel an order and refund its total (by default to the original payment method).",
             object_schema(
-                {"order_id": ORDER_ID, "reason": {"type": "string", "enum": CANCEL_REASONS}}
+                {
+                    "order_id": ORDER_ID,
+                    "reason": {"type": "string", "enum": CANCEL_REASONS},
+                    "refund_to": REFUND_TO,
+                },
+                required=("order_id", "reason"),
             ),
             "write",
             cancel_order,
         ),
         Tool(
             "return_order",
-            "Return items of a delivered order and refund them to the original payment method.",
+            "Return items of a delivered order and refund them (by default to the original "
+            "payment method).",
             object_schema(
                 {
                     "order_id": ORDER_ID,
@@ -168,19 +201,24 @@ VOCABULARY: dict[str, Tool] = {
                         "minItems": 1,
                         "description": "Ids of the items to return, e.g. I-12345-1.",
                     },
-                }
+                    "refund_to": REFUND_TO,
+                },
+                required=("order_id", "item_ids"),
             ),
             "write",
             return_order,
         ),
         Tool(
             "cancel_reservation",
-            "Cancel a flight reservation and refund its price to the original payment method.",
+            "Cancel a flight reservation and refund its price (by default to the original "
+            "payment method).",
             object_schema(
                 {
                     "reservation_id": RESERVATION_ID,
                     "reason": {"type": "string", "enum": CANCEL_REASONS},
-                }
+                    "refund_to": REFUND_TO,
+                },
+                required=("reservation_id", "reason"),
             ),
             "write",
             cancel_reservation,
