@@ -15,18 +15,33 @@ Hooks (in the order a reader meets them in an environment module):
   suite may replace it on an instance (``env.unwrapped.verify = fn``) to test a verifier.
 * ``oracle(task) -> list[action]``: assistant turns that solve the task.
 * ``difficulty_features(task) -> dict``: what the task contains.
+
+``step`` never raises for anything an agent sends. An exception that escapes a tool handler,
+the scripted user or the verifier is a bug in the environment, not the agent's doing: the
+episode ends with ``end_reason == "internal_error"``, reward 0 and
+``info["internal_error"] = {"type", "message", "where"}``, and it is counted
+(:func:`internal_error_count`, ``info["internal_errors"]``) so that training code can mask
+such episodes rather than learn from them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from trace_gym.core.actions import ParsedTurn, ToolCall, parse_action
+from trace_gym.core.actions import (
+    MAX_JSON_CHARS,
+    MAX_JSON_DEPTH,
+    ParsedTurn,
+    ToolCall,
+    object_error,
+    parse_action,
+)
 from trace_gym.core.seeding import (
     StableRNG,
     check_difficulty,
@@ -37,7 +52,7 @@ from trace_gym.core.seeding import (
 from trace_gym.core.spaces import AnyText
 from trace_gym.core.tools import ToolRefusal, ToolSet
 from trace_gym.core.user import ScriptedUser
-from trace_gym.core.verify import REWARD_MODES, Verification
+from trace_gym.core.verify import REWARD_MODES, Check, Verification
 from trace_gym.errors import ActionError, ConfigError, ErrorCode, TraceGymError
 from trace_gym.world.model import World, json_copy
 
@@ -46,6 +61,23 @@ MAX_TEXT = 200_000
 RESET_OPTIONS = ("difficulty", "split", "hint", "config", "task_seed")
 TOOL_PROMPT_STYLES = ("none", "hermes")
 _SEED_MASK = (1 << 63) - 1
+INTERNAL_ERROR = "internal_error"
+"""``end_reason`` of an episode cut short by a bug in the environment (see the module doc)."""
+_internal_errors = 0
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
+def internal_error_count() -> int:
+    """Episodes ended by an internal error in this process (any environment) since import."""
+    return _internal_errors
+
+
+def _describe(exc: BaseException, where: str) -> dict[str, str]:
+    """The exception as deterministic JSON: no traceback, no memory addresses."""
+    message = _ADDRESS.sub("0x?", str(exc))
+    if len(message) > 500:
+        message = message[:500] + "..."
+    return {"type": type(exc).__name__, "message": message, "where": where}
 
 
 @dataclass
@@ -109,11 +141,22 @@ def _plain(value: Any) -> Any:
 
 
 def _jsonable(action: Any) -> Any:
-    try:
-        json.dumps(action)
+    """The action as the episode log stores it; replaying the stored form gives the same
+    parse (an object beyond the parser's bounds is stored as text beyond the same bounds)."""
+    if isinstance(action, str):
         return action
-    except (TypeError, ValueError):
-        return repr(action)
+    if isinstance(action, dict | list | tuple):
+        error = object_error(action)
+        if error is None:
+            return json.loads(json.dumps(action))
+        if error.code == ErrorCode.TOO_DEEP:
+            return "[" * (MAX_JSON_DEPTH + 1)
+        if error.code == ErrorCode.TOO_LARGE:
+            return "[" + "9" * (MAX_JSON_CHARS + 1) + "]"
+    elif action is None or isinstance(action, bool | int | float):
+        return action if object_error(action) is None else [repr(type(action))]
+    # Not JSON data: a list holding its repr parses to the same parse.invalid_shape error.
+    return [repr(action)[:1000]]
 
 
 class TraceEnv(gym.Env[str, str]):
@@ -184,6 +227,8 @@ class TraceEnv(gym.Env[str, str]):
         self._raw_actions: list[Any] = []
         self._return = 0.0
         self._verification: Verification | None = None
+        self._where = "step"
+        self._internal_error_total = 0
 
     # -- hooks (override) -------------------------------------------------------------------
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> Any:
@@ -316,6 +361,40 @@ class TraceEnv(gym.Env[str, str]):
         ep = self._require_episode()
         if ep.end_reason is not None:
             raise TraceGymError("this episode has ended; call reset() before step()")
+        self._where = "step"
+        try:
+            return self._step(ep, action)
+        except Exception as exc:  # a bug in a hook: end the episode, never the training run
+            return self._internal_error(ep, exc)
+
+    def _internal_error(
+        self, ep: EpisodeState, exc: Exception
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        global _internal_errors
+        _internal_errors += 1
+        self._internal_error_total += 1
+        described = _describe(exc, self._where)
+        ep.end_reason = INTERNAL_ERROR
+        check = Check(
+            INTERNAL_ERROR, self.capability, 0.0, weight=0.0, gate=True,
+            actual=described, message="the environment failed; mask this episode",
+        )  # fmt: skip
+        self._verification = Verification((check,), decided=False)
+        reward = -self._return if self.reward_mode == "shaped" else 0.0
+        self._return += reward
+        note = f"[environment] internal error in {described['where']}; the episode ended"
+        ep.messages.append({"role": "system", "content": note})
+        try:
+            info = self._info(parsed=None, error=None)
+        except Exception:  # the episode itself cannot be rendered: report the bare minimum
+            info = {k: v for k, v in self._meta.items() if k != "tools"}
+            info |= {"turn": ep.turn, "error": None, "verification": self._verification.to_dict()}
+            info |= {"is_success": False, "end_reason": INTERNAL_ERROR}
+        info["internal_error"] = described
+        info["internal_errors"] = self._internal_error_total
+        return note, float(reward), True, False, info
+
+    def _step(self, ep: EpisodeState, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         ep.turn += 1
         self._raw_actions.append(_jsonable(action))
         parsed = parse_action(action, call_id_prefix=f"call_{ep.turn}")
@@ -340,6 +419,7 @@ class TraceEnv(gym.Env[str, str]):
         if not parsed.calls and parsed.content.strip():
             ep.agent_texts.append((ep.turn, parsed.content))
             if not ended_by_tool:
+                self._where = "user"
                 reply = self._user.reply(parsed.content, ep)  # type: ignore[union-attr]
                 new_messages.append({"role": "user", "content": reply.text})
                 if reply.done:
@@ -382,12 +462,14 @@ class TraceEnv(gym.Env[str, str]):
             err = tool.validate(call.arguments)
         if err is None:
             assert tool is not None
+            self._where = f"tool:{tool.name}"
             before = ep.world.snapshot() if tool.kind == "write" else None
             try:
                 record.result = tool.handler(ep.world, **call.arguments)
                 record.ok = True
             except ToolRefusal as refusal:
                 err = ActionError(ErrorCode.PRECONDITION, str(refusal), tool=call.name)
+            self._where = "step"
             if before is not None:
                 record.changed_world = before != ep.world
         if err is not None:
@@ -397,6 +479,7 @@ class TraceEnv(gym.Env[str, str]):
     def _reward(self, *, done: bool, had_error: bool) -> float:
         ep = self._require_episode()
         penalty = self.malformed_penalty if had_error else 0.0
+        self._where = "verify"
         if done:
             self._verification = self.verify(ep.task, ep)
             final = self._verification.reward(self.reward_mode)
@@ -423,6 +506,7 @@ class TraceEnv(gym.Env[str, str]):
         info["action_format"] = None if parsed is None else parsed.format
         info["error"] = None if error is None else error.to_dict()
         info["error_counts"] = dict(ep.error_counts)
+        info["internal_errors"] = self._internal_error_total
         if self._verification is not None:
             info["verification"] = self._verification.to_dict()
             info["is_success"] = self._verification.passed

@@ -98,6 +98,10 @@ class Member:
     def make_config(self, difficulty: float) -> Any:
         return self.config_class.from_difficulty(difficulty, {})
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Modules do not pickle: a member travels by name (pickle / deepcopy of a live env).
+        return _member_named, (self.short,)
+
 
 def _member(short: str) -> Member | None:
     """The module ``trace_gym.envs.<short>`` as a member, or None if absent or not composable."""
@@ -115,6 +119,10 @@ def _member(short: str) -> Member | None:
     if len(envs) != 1 or len(configs) != 1:
         return None
     return Member(short, module.CAPABILITY, module, envs[0], configs[0])
+
+
+def _member_named(short: str) -> Member:
+    return next(m for m in members() if m.short == short)
 
 
 def _registered_ids() -> set[str]:
