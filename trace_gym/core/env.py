@@ -27,7 +27,9 @@ such episodes rather than learn from them.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import marshal
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -46,7 +48,6 @@ from trace_gym.core.seeding import (
     StableRNG,
     check_difficulty,
     check_split,
-    sha256_hex,
     task_generator_seed,
 )
 from trace_gym.core.spaces import AnyText
@@ -128,6 +129,19 @@ class EpisodeState:
 def task_to_dict(task: Any) -> dict[str, Any]:
     """A task dataclass as JSON data (top level without ``asdict``'s deep copy)."""
     return {f.name: _plain(getattr(task, f.name)) for f in dataclasses.fields(task)}
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    raise TypeError(f"a task holds a {type(obj).__name__}, which is not JSON data")
+
+
+def task_hash(task: Any) -> str:
+    """SHA-256 of the task's canonical JSON; equal to ``sha256_hex(task_to_dict(task))``
+    without building the copy first (json serialises nested dataclasses through ``default``)."""
+    text = json.dumps(task, default=_fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _plain(value: Any) -> Any:
@@ -220,7 +234,11 @@ class TraceEnv(gym.Env[str, str]):
         self.observation_space = AnyText(MAX_TEXT)
         self.action_space = AnyText(MAX_TEXT)
         self._tool_schemas = self.tools.export("openai")
-        self._tools_json = json.dumps(self._tool_schemas)
+        # info["tools"] is one copy of the schemas, handed out again while it still equals
+        # them (comparing is ~4x cheaper than copying 27 schemas every step) and replaced by
+        # a fresh copy (marshal version 2: no shared references) once a caller modified it.
+        self._tools_blob = marshal.dumps(self._tool_schemas, 2)
+        self._tools_given: list[dict[str, Any]] | None = None
         self._episode: EpisodeState | None = None
         self._user: ScriptedUser | None = None
         self._meta: dict[str, Any] = {}
@@ -317,7 +335,6 @@ class TraceEnv(gym.Env[str, str]):
         self._raw_actions = []
         self._return = 0.0
         self._verification = None
-        task_dict = task_to_dict(task)
         self._meta = {
             "env_id": self.registered_id,
             "env_version": self.version,
@@ -326,7 +343,7 @@ class TraceEnv(gym.Env[str, str]):
             "task_seed": task_seed,
             "split": split,
             "difficulty": difficulty,
-            "task_hash": sha256_hex(task_dict),
+            "task_hash": task_hash(task),
             "difficulty_features": self.difficulty_features(task),
             "system_prompt": shown_prompt,
             "system_prompt_no_hint": prompt,
@@ -495,7 +512,9 @@ class TraceEnv(gym.Env[str, str]):
     def _info(self, *, parsed: ParsedTurn | None, error: ActionError | None) -> dict[str, Any]:
         ep = self._require_episode()
         info = {k: json_copy(v) for k, v in self._meta.items() if k != "tools"}
-        info["tools"] = json.loads(self._tools_json)
+        if self._tools_given is None or self._tools_given != self._tool_schemas:
+            self._tools_given = marshal.loads(self._tools_blob)
+        info["tools"] = self._tools_given
         info["turn"] = ep.turn
         info["messages"] = json_copy(ep.messages)
         info["parsed_calls"] = (
