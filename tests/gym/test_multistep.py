@@ -9,16 +9,17 @@ import pytest
 from trace_gym.envs.multistep import FINAL, MultistepConfig, MultistepEnv, MultistepTask
 from trace_gym.errors import ConfigError
 
+# Searches list 12 flights since the information-free revision (see the module's history).
 GOLDEN = {
     0.0: ["3c6167086a25f826797254f26c1e24852172a187e7c6725ab525635139c2719d",
-          "68ab5d56dc08049101c6683703c75f8e654f59c0cac9df7ed092648029b1af64",
-          "7b4938004f762440f70ec5ce7ce130b9b951c3d8454ae80c91d38224664110a1"],
-    0.5: ["f67797ed9e5146d13cdf8799a919dc46b014de820f41f64a296d9452bdb90e70",
-          "2d0dcca141adcc82ce4c956f0b609ca78ce386a09e5c520346e4e4fb2523fdef",
-          "d4d3de106bc8989e91adb96f40041b6e2e02f6687bf8b8bdf8f2b389d2ca3161"],
-    1.0: ["60edc51ea9515cc03606827220c9bdb021d43f621a2cae0ee16e6cd49176722b",
-          "99dbdb13e57479f0141df3d3dca73dd2b9f4f7cf2fde50c21c3cc07a735a7345",
-          "91cc5075a65412ef3faa200471f0078201808b1febfa4bd4599234adec955920"],
+          "fab6c1a102944ef77d7ba8d75a2fa9c5ca76adf12a913168966baadc2b150b5b",
+          "2fbd04e18334ffea8ad064e36f0b42a6fa0e20450712ddf755e7ab7e94cae5ba"],
+    0.5: ["bf96072c294b9889af06564804052478f967991a4f20d782fc583fe163f87c95",
+          "0648a03298d82a043d7471f37c6f6791b1e0aa169b64d3c8f9910dadb256cc20",
+          "c7848092054b166409b673989e0e5c77052d1eaa1c66711956fcab496b3fdebe"],
+    1.0: ["0a2aff9eda9119e85a950154fb4ec79862f0b6552b8c038ee7a0c97dfbd2b437",
+          "a349eaea0645ad30941d0102999abface4e3226b2c4df480958d0239f10830c9",
+          "b7f1570e2d75a47e3d683cb7ebf54b8b9eb3f7e6c95b0bff7d7a98298b77d66f"],
 }  # fmt: skip
 DIFFICULTIES = (0.0, 0.5, 1.0)
 
@@ -173,7 +174,11 @@ def test_stopping_after_the_first_operation_fails(env: MultistepEnv) -> None:
             result = _play(env, seed, d, plan[: first + 1] + ["All done, anything else?"])
             n = len(env.task.ops)
             assert not result["passed"] and result["end_reason"] == "user_end"
-            assert 0 < result["score"] <= 1 / n + 0.2 + 1e-9  # one operation and its reads at most
+            assert 0 <= result["score"] <= 1 / n + 0.2 + 1e-9  # one operation and its reads at most
+            # a dependent operation left undone: the independent work alone earns nothing
+            assert result["score"] == 0.0 or "dependent_operations_done" not in [
+                c["name"] for c in result["checks"] if not c["passed"]
+            ]
 
 
 def test_a_message_mid_work_gets_a_nudge_not_an_ending(env: MultistepEnv) -> None:
@@ -192,7 +197,8 @@ def test_skipping_the_dependent_step_fails(env: MultistepEnv) -> None:
     config = {"held_back_probability": 0.0}
     result = _play(env, seed, 1.0, plan[:bags] + plan[bags + 1 :], config)
     failed = [c["name"] for c in result["checks"] if not c["passed"]]
-    assert not result["passed"] and len(failed) == 1 and failed[0].endswith("_bags_new")
+    assert not result["passed"] and failed[0].endswith("_bags_new")
+    assert failed[1:] == ["dependent_operations_done"] and result["score"] == 0.0
     # skipping the search the booking needs: the booking still lands, its order check fails
     book = next(i for i in _writes(plan) if plan[i]["name"] == "book_reservation")
     assert plan[book - 1]["name"] == "search_flights"
@@ -211,7 +217,8 @@ def test_a_made_up_or_old_reservation_id_fails(env: MultistepEnv) -> None:
     made_up = {**plan[bags], "arguments": {**plan[bags]["arguments"], "reservation_id": "R-ZZZZ22"}}
     result = _play(env, seed, 1.0, [*plan[:bags], made_up, *plan[bags + 1 :]], config)
     failed = [c["name"] for c in result["checks"] if not c["passed"]]
-    assert len(failed) == 1 and failed[0].endswith("_bags_new") and 0.8 < result["score"] < 1.0
+    assert failed[0].endswith("_bags_new") and failed[1:] == ["dependent_operations_done"]
+    assert result["gated"] and result["score"] == 0.0
     # an older reservation of the customer's instead of the new one: a write outside the request
     others = [k for t, k in task.owned if t == "reservations"
               and k not in {op.target for op in task.ops}]  # fmt: skip
@@ -283,4 +290,6 @@ def test_imperfect_agents_do_not_gain_with_difficulty(env: MultistepEnv) -> None
                 scores.append(_play(env, seed, d, actions)["score"])
             means.append(sum(scores) / len(scores))
         means = [round(m, 9) for m in means]  # equal sums may differ in the last bit
-        assert means[0] >= means[1] >= means[2] and means[0] > means[2], (lapse, means)
+        assert means[0] >= means[1] >= means[2], (lapse, means)
+        if lapse == "no_dependent":  # the independent operations alone earn nothing
+            assert means == [0.0, 0.0, 0.0], means

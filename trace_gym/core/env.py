@@ -131,10 +131,16 @@ def task_to_dict(task: Any) -> dict[str, Any]:
     return {f.name: _plain(getattr(task, f.name)) for f in dataclasses.fields(task)}
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _fields(obj: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    raise TypeError(f"a task holds a {type(obj).__name__}, which is not JSON data")
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None:
+        if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+            raise TypeError(f"a task holds a {type(obj).__name__}, which is not JSON data")
+        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
+    return {name: getattr(obj, name) for name in names}
 
 
 def task_hash(task: Any) -> str:

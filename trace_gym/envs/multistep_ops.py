@@ -58,8 +58,10 @@ CITIES = (
     ("Madison", "WI", "53703"), ("Raleigh", "NC", "27601"), ("Tucson", "AZ", "85701"),
 )  # fmt: skip
 MAX_BAGS_ASKED = 3
-FLIGHTS_PER_SEARCH = 2
-"""Flights a booking's or rebooking's search lists; the customer names one by its time."""
+FLIGHTS_PER_SEARCH = 12
+"""Flights a booking's or rebooking's search lists; the customer names one by its time. As
+many as this so that a policy that does not read the times (take the first listed, or any
+fixed one) picks the right flight at most 1 time in 12, under the 10 % bound."""
 BOOK_DAYS = (5, 40)
 """Days ahead of a new booking's flight."""
 REBOOK_DAYS = (41, 70)
@@ -262,8 +264,17 @@ def is_write_of(op: Operation, c: CallRecord, customer_id: str, new_ids: set[str
     """Whether a successful call is this operation's write (on the right record)."""
     if not (c.ok and c.changed_world and c.name == op.tool):
         return False
-    if op.kind == "book":
-        return c.arguments.get("customer_id") == customer_id
+    if op.kind == "book":  # on another flight it is not the booking asked for: a stray write
+        return (c.arguments.get("customer_id"), c.arguments.get("flight_number")) == (
+            customer_id,
+            op.flight,
+        )
+    if op.kind == "rebook":
+        flights = c.arguments.get("flights") or [{}]
+        return (
+            c.arguments.get("reservation_id") == op.target
+            and flights[0].get("flight_number") == op.flight
+        )
     if op.kind == "bags_new":
         return c.arguments.get("reservation_id") in new_ids
     key = "order_id" if op.kind in ("cancel_order", "change_address") else "reservation_id"

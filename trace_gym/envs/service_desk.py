@@ -21,7 +21,7 @@ The union of the member environments' tools (fixed per class, whatever the task 
 ## Reward
 | check | weight | passes when |
 |---|---|---|
-| ``<short>.<check>`` | the member's weight / the member's total | the member verifier's check, run with ``scoped=True`` (only calls and diffs touching that request's records count); gates stay gates |
+| ``<short>.<check>`` | the member's weight / the member's total | the member verifier's check, run with ``scoped=True`` (only calls and diffs touching that request's records count); gates stay gates; every check of a request whose verifier says it reached no decision scores 0 |
 | ``no_unrequested_write`` (gate) | 0 | no successful write touches a record outside every request; tagged with the capability whose environment owns the tool |
 
 Each request weighs the same in the score; a gate tripped in any request zeroes it. Doing
@@ -340,14 +340,17 @@ def verify(task: ServiceDeskTask, ep: EpisodeState) -> Verification:
     ):
         result = member.module.verify(sub, views[i], scoped=True)
         total = sum(c.weight for c in result.checks)
+        decided = result.decided
         for c in result.checks:  # the constructor, not dataclasses.replace: ~3x faster here
             checks.append(
-                Check(f"{member.short}.{c.name}", c.capability, c.score,
+                # a request that reached no decision earns no process credit, as on its own
+                Check(f"{member.short}.{c.name}", c.capability, c.score if decided else 0.0,
                       c.weight / total if total > 0 else 0.0, c.hard, c.gate,
                       c.expected, c.actual, c.message)
             )  # fmt: skip
         if total <= 0:  # a member scored by its gates alone: its pass counts as its weight
-            checks.append(Check(f"{member.short}.passed", member.capability, float(result.passed)))
+            passed = float(result.passed and decided)
+            checks.append(Check(f"{member.short}.passed", member.capability, passed))
     stray = [c for c in ep.calls if c.ok and c.changed_world and not touches(c, task.owned)]
     owner = _tool_owner(task, stray[0].name) if stray else task.capabilities[0]
     checks.append(
