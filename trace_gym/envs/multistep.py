@@ -59,7 +59,8 @@ everything asked so far is done. Other messages get a nudge to carry on. Truncat
   win): searches list 12 flights instead of 2 (a policy taking the first listed flight won
   35 % of booking tasks), a booking or rebooking onto another flight than the one asked for
   is an unrequested write, and the dependent operations gate the score (doing only the
-  independent ones earned 0.4-0.6). Seeds with a booking or rebooking changed meaning.
+  independent ones earned 0.4-0.6). Search flights are nonstop. Seeds with a booking or
+  rebooking changed meaning.
 """
 
 from __future__ import annotations
