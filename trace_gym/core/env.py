@@ -203,6 +203,10 @@ class TraceEnv(gym.Env[str, str]):
     version: ClassVar[int] = 0
     tools: ClassVar[ToolSet] = ToolSet([])
     default_max_turns: ClassVar[int] = 12
+    initial_world_from_task: ClassVar[bool] = False
+    """True when ``build_world(task)`` is ``World.from_dict(task.world)``: the episode's
+    initial world is then a read-only view of ``task.world`` instead of a second copy (reset
+    copies the world once instead of twice; tasks are never mutated)."""
 
     def __init__(
         self,
@@ -337,7 +341,8 @@ class TraceEnv(gym.Env[str, str]):
             {"role": "system", "content": shown_prompt},
             {"role": "user", "content": self._user.opening},
         ]
-        self._episode = EpisodeState(task, world.snapshot(), world, messages)
+        initial = World.view(task.world) if self.initial_world_from_task else world.snapshot()
+        self._episode = EpisodeState(task, initial, world, messages)
         self._raw_actions = []
         self._return = 0.0
         self._verification = None

@@ -405,6 +405,7 @@ class MultistepEnv(TraceEnv):
 
     env_id = ENV_ID
     capability = CAPABILITY
+    initial_world_from_task = True
     version = 0
     default_max_turns = 20
     tools = ToolSet(

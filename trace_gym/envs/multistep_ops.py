@@ -22,7 +22,7 @@ from typing import Any
 from trace_gym.core.env import CallRecord
 from trace_gym.core.seeding import StableRNG
 from trace_gym.envs.commerce_common import (
-    cabin_prices,
+    CABIN_FACTORS,
     call,
     hhmm,
     new_balance_method,
@@ -30,8 +30,8 @@ from trace_gym.envs.commerce_common import (
     split_of,
     unused_route_date,
 )
-from trace_gym.world.generate import LAST_NAMES, new_order, new_reservation, unique_id
-from trace_gym.world.model import World, cents, money
+from trace_gym.world.generate import LAST_NAMES, new_order, new_reservation
+from trace_gym.world.model import World, cents
 
 INDEPENDENT = ("cancel_order", "change_address", "cancel_reservation", "switch_payment", "add_bags")
 """Operations on a record the customer names; they need no earlier result."""
@@ -194,12 +194,16 @@ def _flights_on(ctx: Context, route: tuple[str, str], date: str, n: int) -> list
 def _nonstop(
     ctx: Context, route: tuple[str, str], date: str, departs: int, economy: float
 ) -> dict[str, Any]:
-    """A nonstop flight shaped like ``new_flight``'s, in half its random draws: twelve per
-    search make generation cost count (stops play no part in this environment's requests)."""
+    """A nonstop flight shaped like ``new_flight``'s, in three random draws instead of about
+    twenty: twelve per search make generation cost count, and neither stops nor the spread
+    of cabin fares play a part in this environment's requests."""
     rng = ctx.rng
-    number = unique_id(rng, ctx.world, "flights", "TR", "0123456789", 4)
+    while True:
+        number = f"TR{rng.below(10_000):04d}"
+        if not ctx.world.has("flights", number):
+            break
     arrives = departs + 5 * rng.integer(12, 72)
-    prices = cabin_prices(rng, economy + 10 * rng.integer(-5, 5))
+    fare = economy + 10 * rng.integer(-5, 5)
     record = {
         "flight_number": number,
         "origin": route[0],
@@ -208,7 +212,10 @@ def _nonstop(
         "departs_at": f"{date}T{hhmm(departs)}",
         "arrives_at": f"{date}T{hhmm(arrives)}",
         "stops": [],
-        "cabins": {c: {"price": money(p), "seats_available": 9} for c, p in prices.items()},
+        "cabins": {
+            cabin: {"price": float(round(fare * (low + high) / 2)), "seats_available": 9}
+            for cabin, (low, high) in CABIN_FACTORS.items()
+        },
     }
     return ctx.world.add("flights", record)
 

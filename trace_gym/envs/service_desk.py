@@ -433,6 +433,7 @@ class ServiceDeskEnv(TraceEnv):
 
     env_id = ENV_ID
     capability = CAPABILITY
+    initial_world_from_task = True
     version = 0
     default_max_turns = 40
     tools = _union_tools()
