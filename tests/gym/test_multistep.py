@@ -12,14 +12,14 @@ from trace_gym.errors import ConfigError
 # Searches list 12 flights since the information-free revision (see the module's history).
 GOLDEN = {
     0.0: ["3c6167086a25f826797254f26c1e24852172a187e7c6725ab525635139c2719d",
-          "008fad30054a84f42a7769db784539abf3faf7b8e438bb245b93ba34820d575d",
-          "5c7a2587cc8cc7b6f7e773f4f646d314d102a7fde3b7a56a503046106940f162"],
-    0.5: ["06a9878b84a79b2812637a568e9a829cf0b4089f53b61dad84cf854d8e6eefab",
-          "c4a96344f41b001b33d24358389c648df978f569e57ceac5fda4aa8443355968",
-          "592ca3dc367e8da0b28682b01b563bd18fe0704780852d9bffc1161c9f9eaf45"],
-    1.0: ["ab744c88186dceec88dff90a1423eccdfdf41893f4bece9595329deb4a2e8fb7",
-          "9de38daae6f3ae1701ae9902ae884652dc9428266eacc9c33d4d6db154aeef5f",
-          "78ea3d971c8760988ee921b51704c5c8016eabad5dd6f23e3be9f3e438481db9"],
+          "b75136e718c94e40cb9fd862b6440ab95d0ad75f1452c6f0f3a7536fdbc0701f",
+          "447409fc7e473cde5596bd2e52ce32c14a39a1eb839f3aee24837ff0de5124ee"],
+    0.5: ["54b8e1bf263fa74592655dabf4ced498cdacb07116c520de2886c789fe836f7a",
+          "f71484acee19c55401a1face8cff1ecd27597c5dd6b4d8911d9bef708b4a4e9a",
+          "27ce69c0acc9a1a9ffb408a2df9adb35fdee054b4d178f5e96d5790613b5fd7d"],
+    1.0: ["7008599cab8d9e0855293360c2b9a847a81a1283307561ce60eca6015554c587",
+          "5c672de9278d32d7bc51885eb7fbb551eb917eec3cf1654cb5b467c388fb610b",
+          "1f171ec59a986ea61eda97c0db5ad746affeb6d4c8421e2dee24987460543fef"],
 }  # fmt: skip
 DIFFICULTIES = (0.0, 0.5, 1.0)
 

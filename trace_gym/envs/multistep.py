@@ -7,11 +7,12 @@ the booking returns). The agent must do every one of them, each after what it de
 the values the tools returned, before saying it is finished, and touch nothing else.
 
 ## Task (seed 0, train split, difficulty 0.5)
-A customer (id and card given) lists four changes: "(1) add one checked bag for each
-passenger on my reservation R-4SUEZQ, charged to my card PM-93461; (2) cancel my order
-O-04537, because my plans changed; (3) add one checked bag for each passenger on my
-reservation R-T27M68, ...; (4) book 3 passengers in basic economy on the flight from DFW to
-ATL on 2026-06-03 that leaves at 08:10, without insurance, paid with my card PM-93461".
+A customer (id and card given) lists four changes: "(1) book 3 passengers in economy on the
+flight from DFW to ATL on 2026-06-03 that leaves at 11:25, without insurance, paid with my
+card PM-93461; (2) add one checked bag for each passenger on my reservation R-T27M68, charged
+to my card PM-93461; (3) add one checked bag for each passenger on my reservation R-4SUEZQ,
+...; (4) cancel my order O-04537, because my plans changed". The search for the booking
+lists 12 flights on that route and date.
 Operations (:mod:`~trace_gym.envs.multistep_ops`): cancel an order, change its address, cancel
 a reservation, move a reservation's payment to a gift card, add bags (independent); book a
 flight found by a search, add bags to that new booking, rebook a reservation (route and cabin
@@ -59,8 +60,8 @@ everything asked so far is done. Other messages get a nudge to carry on. Truncat
   win): searches list 12 flights instead of 2 (a policy taking the first listed flight won
   35 % of booking tasks), a booking or rebooking onto another flight than the one asked for
   is an unrequested write, and the dependent operations gate the score (doing only the
-  independent ones earned 0.4-0.6). Search flights are nonstop. Seeds with a booking or
-  rebooking changed meaning.
+  independent ones earned 0.4-0.6). Search flights are nonstop, each drawn from one 64-bit
+  output. Seeds with a booking or rebooking changed meaning.
 """
 
 from __future__ import annotations
