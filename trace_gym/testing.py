@@ -56,6 +56,7 @@ from trace_gym.agents.baselines import (
     RandomAgent,
     arguments_from_schema,
 )
+from trace_gym.core.actions import parse_action
 from trace_gym.core.env import TraceEnv
 from trace_gym.core.seeding import SPLITS, StableRNG
 from trace_gym.episodes import rescore, run_episode
@@ -603,24 +604,26 @@ def check_garbage_actions(
         inner = _inner(env)
         obs, _ = env.reset(seed=seed)
         plan = inner.oracle_actions()
-        turns = [i for i, turn in enumerate(plan) if _turn_calls(turn)]
+        parsed = [parse_action(turn).calls for turn in plan]  # any format the oracle uses
+        turns = [i for i, calls in enumerate(parsed) if calls]
         if turns:  # the oracle's turns up to one of its calls, that call with a value broken
             at = data.draw(st.sampled_from(turns), label="oracle turn")
-            call = data.draw(st.sampled_from(_turn_calls(plan[at]) or []), label="oracle call")
-            path = data.draw(st.sampled_from(_value_paths(call["arguments"])), label="path")
+            call = data.draw(st.sampled_from(parsed[at]), label="oracle call")
+            path = data.draw(st.sampled_from(_value_paths(call.arguments)), label="path")
             bad = data.draw(adversarial_values, label="value")
-            broken = {"name": call["name"], "arguments": _replaced(call["arguments"], path, bad)}
+            broken = {"name": call.name, "arguments": _replaced(call.arguments, path, bad)}
             actions = [*plan[:at], data.draw(action_formats(broken), label="format"), *actions]
         # A schema-shaped call to any tool, with ids from the opening message, maybe broken:
         # reaches handlers that no oracle call uses.
-        tool = data.draw(st.sampled_from(tools), label="tool")["function"]
-        rng = StableRNG(data.draw(st.integers(0, 2**32), label="rng"))
-        args = arguments_from_schema(tool["parameters"], rng, ID_PATTERN.findall(obs))
-        if data.draw(st.booleans(), label="break it"):
-            path = data.draw(st.sampled_from(_value_paths(args)), label="shaped path")
-            args = _replaced(args, path, data.draw(adversarial_values, label="shaped value"))
-        shaped = data.draw(action_formats({"name": tool["name"], "arguments": args}))
-        actions.insert(data.draw(st.integers(0, len(actions)), label="at"), shaped)
+        if tools:  # an environment may have none
+            tool = data.draw(st.sampled_from(tools), label="tool")["function"]
+            rng = StableRNG(data.draw(st.integers(0, 2**32), label="rng"))
+            args = arguments_from_schema(tool["parameters"], rng, ID_PATTERN.findall(obs))
+            if data.draw(st.booleans(), label="break it"):
+                path = data.draw(st.sampled_from(_value_paths(args)), label="shaped path")
+                args = _replaced(args, path, data.draw(adversarial_values, label="shaped value"))
+            shaped = data.draw(action_formats({"name": tool["name"], "arguments": args}))
+            actions.insert(data.draw(st.integers(0, len(actions)), label="at"), shaped)
         before = internal_error_count()
         for action in actions:
             obs, reward, terminated, truncated, info = env.step(action)
