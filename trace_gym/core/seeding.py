@@ -153,8 +153,26 @@ class StableRNG:
 
     def token(self, alphabet: str, length: int) -> str:
         """A random string, e.g. an id suffix."""
-        below, n = self.below, len(alphabet)
-        return "".join([alphabet[below(n)] for _ in range(length)])
+        # below(len(alphabet)) per character, inlined: ids are drawn by the thousand
+        n = len(alphabet)
+        if length <= 0:
+            return ""
+        if n <= 0:
+            raise ValueError("below() needs n >= 1, got 0")  # as the loop of below() said
+        limit = _TWO64 - (_TWO64 % n)
+        state = self._state
+        out = []
+        for _ in range(length):
+            while True:
+                state = (state + _GAMMA) & _MASK64
+                z = ((state ^ (state >> 30)) * _MIX1) & _MASK64
+                z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
+                x = z ^ (z >> 31)
+                if x < limit:
+                    break
+            out.append(alphabet[x % n])
+        self._state = state
+        return "".join(out)
 
     def child(self, *label: Any) -> StableRNG:
         """An independent stream for one part of generation (so parts do not shift each other)."""
