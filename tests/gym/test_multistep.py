@@ -9,16 +9,17 @@ import pytest
 from trace_gym.envs.multistep import FINAL, MultistepConfig, MultistepEnv, MultistepTask
 from trace_gym.errors import ConfigError
 
+# Searches list 12 flights since the information-free revision (see the module's history).
 GOLDEN = {
     0.0: ["3c6167086a25f826797254f26c1e24852172a187e7c6725ab525635139c2719d",
-          "68ab5d56dc08049101c6683703c75f8e654f59c0cac9df7ed092648029b1af64",
-          "7b4938004f762440f70ec5ce7ce130b9b951c3d8454ae80c91d38224664110a1"],
-    0.5: ["f67797ed9e5146d13cdf8799a919dc46b014de820f41f64a296d9452bdb90e70",
-          "2d0dcca141adcc82ce4c956f0b609ca78ce386a09e5c520346e4e4fb2523fdef",
-          "d4d3de106bc8989e91adb96f40041b6e2e02f6687bf8b8bdf8f2b389d2ca3161"],
-    1.0: ["60edc51ea9515cc03606827220c9bdb021d43f621a2cae0ee16e6cd49176722b",
-          "99dbdb13e57479f0141df3d3dca73dd2b9f4f7cf2fde50c21c3cc07a735a7345",
-          "91cc5075a65412ef3faa200471f0078201808b1febfa4bd4599234adec955920"],
+          "b75136e718c94e40cb9fd862b6440ab95d0ad75f1452c6f0f3a7536fdbc0701f",
+          "447409fc7e473cde5596bd2e52ce32c14a39a1eb839f3aee24837ff0de5124ee"],
+    0.5: ["54b8e1bf263fa74592655dabf4ced498cdacb07116c520de2886c789fe836f7a",
+          "f71484acee19c55401a1face8cff1ecd27597c5dd6b4d8911d9bef708b4a4e9a",
+          "27ce69c0acc9a1a9ffb408a2df9adb35fdee054b4d178f5e96d5790613b5fd7d"],
+    1.0: ["7008599cab8d9e0855293360c2b9a847a81a1283307561ce60eca6015554c587",
+          "5c672de9278d32d7bc51885eb7fbb551eb917eec3cf1654cb5b467c388fb610b",
+          "1f171ec59a986ea61eda97c0db5ad746affeb6d4c8421e2dee24987460543fef"],
 }  # fmt: skip
 DIFFICULTIES = (0.0, 0.5, 1.0)
 
@@ -173,7 +174,11 @@ def test_stopping_after_the_first_operation_fails(env: MultistepEnv) -> None:
             result = _play(env, seed, d, plan[: first + 1] + ["All done, anything else?"])
             n = len(env.task.ops)
             assert not result["passed"] and result["end_reason"] == "user_end"
-            assert 0 < result["score"] <= 1 / n + 0.2 + 1e-9  # one operation and its reads at most
+            assert 0 <= result["score"] <= 1 / n + 0.2 + 1e-9  # one operation and its reads at most
+            # a dependent operation left undone: the independent work alone earns nothing
+            assert result["score"] == 0.0 or "dependent_operations_done" not in [
+                c["name"] for c in result["checks"] if not c["passed"]
+            ]
 
 
 def test_a_message_mid_work_gets_a_nudge_not_an_ending(env: MultistepEnv) -> None:
@@ -192,7 +197,8 @@ def test_skipping_the_dependent_step_fails(env: MultistepEnv) -> None:
     config = {"held_back_probability": 0.0}
     result = _play(env, seed, 1.0, plan[:bags] + plan[bags + 1 :], config)
     failed = [c["name"] for c in result["checks"] if not c["passed"]]
-    assert not result["passed"] and len(failed) == 1 and failed[0].endswith("_bags_new")
+    assert not result["passed"] and failed[0].endswith("_bags_new")
+    assert failed[1:] == ["dependent_operations_done"] and result["score"] == 0.0
     # skipping the search the booking needs: the booking still lands, its order check fails
     book = next(i for i in _writes(plan) if plan[i]["name"] == "book_reservation")
     assert plan[book - 1]["name"] == "search_flights"
@@ -211,7 +217,8 @@ def test_a_made_up_or_old_reservation_id_fails(env: MultistepEnv) -> None:
     made_up = {**plan[bags], "arguments": {**plan[bags]["arguments"], "reservation_id": "R-ZZZZ22"}}
     result = _play(env, seed, 1.0, [*plan[:bags], made_up, *plan[bags + 1 :]], config)
     failed = [c["name"] for c in result["checks"] if not c["passed"]]
-    assert len(failed) == 1 and failed[0].endswith("_bags_new") and 0.8 < result["score"] < 1.0
+    assert failed[0].endswith("_bags_new") and failed[1:] == ["dependent_operations_done"]
+    assert result["gated"] and result["score"] == 0.0
     # an older reservation of the customer's instead of the new one: a write outside the request
     others = [k for t, k in task.owned if t == "reservations"
               and k not in {op.target for op in task.ops}]  # fmt: skip
@@ -283,4 +290,6 @@ def test_imperfect_agents_do_not_gain_with_difficulty(env: MultistepEnv) -> None
                 scores.append(_play(env, seed, d, actions)["score"])
             means.append(sum(scores) / len(scores))
         means = [round(m, 9) for m in means]  # equal sums may differ in the last bit
-        assert means[0] >= means[1] >= means[2] and means[0] > means[2], (lapse, means)
+        assert means[0] >= means[1] >= means[2], (lapse, means)
+        if lapse == "no_dependent":  # the independent operations alone earn nothing
+            assert means == [0.0, 0.0, 0.0], means

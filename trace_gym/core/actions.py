@@ -12,6 +12,11 @@ Accepted formats, tried in this order (ARCHITECTURE section 3):
 4. anything else is plain text to the user.
 
 The parser never raises: a malformed turn yields an :class:`ActionError` with a stable code.
+Input is bounded *before* it reaches :mod:`json` (whose decoder recurses once per nesting
+level and refuses integers of more than 4,300 digits): JSON text longer than
+:data:`MAX_JSON_CHARS`, nested deeper than :data:`MAX_JSON_DEPTH`, or holding a number literal
+of more than :data:`MAX_NUMBER_DIGITS` digits is a ``parse.too_large`` / ``parse.too_deep``
+error, and so is an action object (dict or list) beyond the same bounds.
 Calls that parsed are kept even when a sibling block is broken, so one typo does not waste a
 whole turn. The same function serves online play, offline re-scoring and trainers, so a turn
 parses the same everywhere.
@@ -28,9 +33,26 @@ from trace_gym.errors import ActionError, ErrorCode
 
 MAX_CONTENT_CHARS = 20_000
 """Text kept from one turn; longer messages are cut with a marker (keeps logs bounded)."""
+MAX_JSON_CHARS = 100_000
+"""Longest JSON text parsed (a whole JSON action, one ``<tool_call>`` body, one ``arguments``
+string); real tool calls are a few hundred characters."""
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays/objects accepted, far below Python's recursion limit."""
+MAX_NUMBER_DIGITS = 400
+"""Longest run of digits in a number literal (Python refuses int conversion past 4,300)."""
+MAX_CALLS_PER_TURN = 32
+"""Most tool calls one turn may request."""
+MAX_OBJECT_NODES = 20_000
+"""Most containers and scalars in an action given as a Python object."""
+MAX_OBJECT_CHARS = 1_000_000
+"""Most characters in all strings of an action given as a Python object."""
 
 _BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _OPEN = "<tool_call>"
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_LONG_NUMBER = re.compile(rf"[0-9]{{{MAX_NUMBER_DIGITS + 1},}}")
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_MAX_INT_BITS = int(MAX_NUMBER_DIGITS * 3.33)  # 10**400 has 1,329 bits: 400 digits ~ 1,330
 
 
 @dataclass(frozen=True)
@@ -85,6 +107,90 @@ def _shape_error(what: str) -> ActionError:
     return ActionError(ErrorCode.INVALID_SHAPE, what)
 
 
+def _too_deep(where: str) -> ActionError:
+    return ActionError(ErrorCode.TOO_DEEP, f"{where} is nested deeper than {MAX_JSON_DEPTH}")
+
+
+def json_text_error(text: str, where: str = "JSON") -> ActionError | None:
+    """Why ``text`` must not be handed to :func:`json.loads`, or None when it is safe.
+
+    Cheap for ordinary input: the string scan only runs when the text has enough brackets to
+    be too deep, or a run of digits long enough to matter.
+    """
+    if len(text) > MAX_JSON_CHARS:
+        msg = f"{where} of {len(text)} characters exceeds the limit of {MAX_JSON_CHARS}"
+        return ActionError(ErrorCode.TOO_LARGE, msg)
+    deep = text.count("[") + text.count("{") > MAX_JSON_DEPTH
+    long = _LONG_NUMBER.search(text) is not None
+    if not (deep or long):
+        return None
+    structure = _JSON_STRING.sub('""', text)  # brackets and digits inside strings are data
+    if long and _LONG_NUMBER.search(structure):
+        msg = f"{where} has a number of more than {MAX_NUMBER_DIGITS} digits"
+        return ActionError(ErrorCode.TOO_LARGE, msg)
+    if deep:
+        depth = 0
+        for ch in _NOT_BRACKET.sub("", structure):
+            depth = depth + 1 if ch in "[{" else depth - 1
+            if depth > MAX_JSON_DEPTH:
+                return _too_deep(where)
+    return None
+
+
+def load_json(text: str, where: str = "JSON") -> tuple[Any, ActionError | None]:
+    """``json.loads`` behind the bounds of :func:`json_text_error`; never raises."""
+    error = json_text_error(text, where)
+    if error is not None:
+        return None, error
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as exc:
+        return None, ActionError(ErrorCode.INVALID_JSON, f"{where}: {exc.msg} at {exc.pos}")
+    except (ValueError, RecursionError) as exc:  # bounds above make these unreachable
+        return None, ActionError(ErrorCode.TOO_LARGE, f"{where}: {type(exc).__name__}")
+
+
+def object_error(obj: Any, where: str = "the action") -> ActionError | None:
+    """Why an action given as a Python object is not bounded JSON data, or None.
+
+    Walked iteratively (a self-referencing dict or a 10,000-deep list must not recurse):
+    depth, node count, total string length and integer size are bounded like JSON text;
+    tuples count as lists; anything that is not JSON data is a ``parse.invalid_shape``.
+    """
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    nodes = chars = 0
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_OBJECT_NODES:
+            return ActionError(ErrorCode.TOO_LARGE, f"{where} has over {MAX_OBJECT_NODES} values")
+        if isinstance(value, str):
+            chars += len(value)
+            if chars > MAX_OBJECT_CHARS:
+                msg = f"{where} has over {MAX_OBJECT_CHARS} characters of text"
+                return ActionError(ErrorCode.TOO_LARGE, msg)
+        elif isinstance(value, bool) or value is None or isinstance(value, float):
+            continue
+        elif isinstance(value, int):
+            if value.bit_length() > _MAX_INT_BITS:
+                msg = f"{where} has an integer of more than {MAX_NUMBER_DIGITS} digits"
+                return ActionError(ErrorCode.TOO_LARGE, msg)
+        elif isinstance(value, dict | list | tuple):
+            if depth > MAX_JSON_DEPTH:
+                return _too_deep(where)
+            if isinstance(value, dict):
+                if not all(isinstance(k, str) for k in value):
+                    return _shape_error(f"{where}: object keys must be strings")
+                chars += sum(len(k) for k in value)
+                items = list(value.values())
+            else:
+                items = list(value)
+            stack.extend((v, depth + 1) for v in items)
+        else:
+            return _shape_error(f"{where} holds a {type(value).__name__}, which is not JSON")
+    return None
+
+
 def _call_from_obj(obj: Any, call_id: str) -> ToolCall | ActionError:
     """``{"name", "arguments"}`` or OpenAI ``{"function": {...}}`` -> ToolCall."""
     if not isinstance(obj, dict):
@@ -97,16 +203,27 @@ def _call_from_obj(obj: Any, call_id: str) -> ToolCall | ActionError:
         return _shape_error('a tool call needs a non-empty string "name"')
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as exc:
-            return ToolCall(call_id, name, args, f"arguments are not valid JSON: {exc.msg}")
+        if not args.strip():
+            return ToolCall(call_id, name, {})
+        loaded, error = load_json(args, "arguments")
+        if error is not None:
+            if error.code != ErrorCode.INVALID_JSON:
+                return error
+            return ToolCall(call_id, name, args, f"arguments are not valid JSON: {error.message}")
+        args = loaded
     return ToolCall(call_id, name, args)
+
+
+def _too_many_calls(n: int) -> ActionError:
+    msg = f"{n} tool calls in one turn; at most {MAX_CALLS_PER_TURN} are accepted"
+    return ActionError(ErrorCode.TOO_LARGE, msg)
 
 
 def _calls_from_list(items: list[Any], prefix: str) -> tuple[list[ToolCall], list[ActionError]]:
     calls: list[ToolCall] = []
     errors: list[ActionError] = []
+    if len(items) > MAX_CALLS_PER_TURN:
+        return calls, [_too_many_calls(len(items))]
     for i, item in enumerate(items):
         got = _call_from_obj(item, f"{prefix}_{i}")
         (errors if isinstance(got, ActionError) else calls).append(got)  # type: ignore[arg-type]
@@ -142,10 +259,8 @@ def _parse_dict(obj: dict[str, Any], prefix: str, fmt: str) -> ParsedTurn:
 
 
 def _parse_json_text(text: str, prefix: str) -> ParsedTurn:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        err = ActionError(ErrorCode.INVALID_JSON, f"invalid JSON action: {exc.msg} at {exc.pos}")
+    obj, err = load_json(text, "JSON action")
+    if err is not None:
         return _turn("", [], [err], "invalid")
     if isinstance(obj, list):
         calls, errors = _calls_from_list(obj, prefix)
@@ -161,11 +276,11 @@ def _parse_hermes(text: str, prefix: str) -> ParsedTurn:
     calls: list[ToolCall] = []
     errors: list[ActionError] = []
     for i, match in enumerate(_BLOCK.finditer(text)):
-        body = match.group(1).strip()
-        try:
-            obj = json.loads(body)
-        except json.JSONDecodeError as exc:
-            errors.append(ActionError(ErrorCode.INVALID_JSON, f"<tool_call> block {i}: {exc.msg}"))
+        if i >= MAX_CALLS_PER_TURN:
+            return _turn("", [], [_too_many_calls(len(_BLOCK.findall(text)))], "invalid")
+        obj, err = load_json(match.group(1).strip(), f"<tool_call> block {i}")
+        if err is not None:
+            errors.append(err)
             continue
         got = _call_from_obj(obj, f"{prefix}_{i}")
         (errors if isinstance(got, ActionError) else calls).append(got)  # type: ignore[arg-type]
@@ -184,6 +299,11 @@ def parse_action(action: Any, *, call_id_prefix: str = "call") -> ParsedTurn:
     >>> parse_action("").error.code.value
     'parse.empty_action'
     """
+    if isinstance(action, dict | list | tuple):
+        error = object_error(action)
+        if error is not None:
+            return _turn("", [], [error], "invalid")
+        action = json.loads(json.dumps(action))  # plain JSON data from here on (tuples -> lists)
     if isinstance(action, dict):
         turn = _parse_dict(action, call_id_prefix, "openai_message")
     elif isinstance(action, list):

@@ -15,29 +15,45 @@ Hooks (in the order a reader meets them in an environment module):
   suite may replace it on an instance (``env.unwrapped.verify = fn``) to test a verifier.
 * ``oracle(task) -> list[action]``: assistant turns that solve the task.
 * ``difficulty_features(task) -> dict``: what the task contains.
+
+``step`` never raises for anything an agent sends. An exception that escapes a tool handler,
+the scripted user or the verifier is a bug in the environment, not the agent's doing: the
+episode ends with ``end_reason == "internal_error"``, reward 0 and
+``info["internal_error"] = {"type", "message", "where"}``, and it is counted
+(:func:`internal_error_count`, ``info["internal_errors"]``) so that training code can mask
+such episodes rather than learn from them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import marshal
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from trace_gym.core.actions import ParsedTurn, ToolCall, parse_action
+from trace_gym.core.actions import (
+    MAX_JSON_CHARS,
+    MAX_JSON_DEPTH,
+    ParsedTurn,
+    ToolCall,
+    object_error,
+    parse_action,
+)
 from trace_gym.core.seeding import (
     StableRNG,
     check_difficulty,
     check_split,
-    sha256_hex,
     task_generator_seed,
 )
 from trace_gym.core.spaces import AnyText
 from trace_gym.core.tools import ToolRefusal, ToolSet
 from trace_gym.core.user import ScriptedUser
-from trace_gym.core.verify import REWARD_MODES, Verification
+from trace_gym.core.verify import REWARD_MODES, Check, Verification
 from trace_gym.errors import ActionError, ConfigError, ErrorCode, TraceGymError
 from trace_gym.world.model import World, json_copy
 
@@ -46,6 +62,23 @@ MAX_TEXT = 200_000
 RESET_OPTIONS = ("difficulty", "split", "hint", "config", "task_seed")
 TOOL_PROMPT_STYLES = ("none", "hermes")
 _SEED_MASK = (1 << 63) - 1
+INTERNAL_ERROR = "internal_error"
+"""``end_reason`` of an episode cut short by a bug in the environment (see the module doc)."""
+_internal_errors = 0
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
+def internal_error_count() -> int:
+    """Episodes ended by an internal error in this process (any environment) since import."""
+    return _internal_errors
+
+
+def _describe(exc: BaseException, where: str) -> dict[str, str]:
+    """The exception as deterministic JSON: no traceback, no memory addresses."""
+    message = _ADDRESS.sub("0x?", str(exc))
+    if len(message) > 500:
+        message = message[:500] + "..."
+    return {"type": type(exc).__name__, "message": message, "where": where}
 
 
 @dataclass
@@ -98,6 +131,25 @@ def task_to_dict(task: Any) -> dict[str, Any]:
     return {f.name: _plain(getattr(task, f.name)) for f in dataclasses.fields(task)}
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None:
+        if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+            raise TypeError(f"a task holds a {type(obj).__name__}, which is not JSON data")
+        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
+    return {name: getattr(obj, name) for name in names}
+
+
+def task_hash(task: Any) -> str:
+    """SHA-256 of the task's canonical JSON; equal to ``sha256_hex(task_to_dict(task))``
+    without building the copy first (json serialises nested dataclasses through ``default``)."""
+    text = json.dumps(task, default=_fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
@@ -109,11 +161,22 @@ def _plain(value: Any) -> Any:
 
 
 def _jsonable(action: Any) -> Any:
-    try:
-        json.dumps(action)
+    """The action as the episode log stores it; replaying the stored form gives the same
+    parse (an object beyond the parser's bounds is stored as text beyond the same bounds)."""
+    if isinstance(action, str):
         return action
-    except (TypeError, ValueError):
-        return repr(action)
+    if isinstance(action, dict | list | tuple):
+        error = object_error(action)
+        if error is None:
+            return json.loads(json.dumps(action))
+        if error.code == ErrorCode.TOO_DEEP:
+            return "[" * (MAX_JSON_DEPTH + 1)
+        if error.code == ErrorCode.TOO_LARGE:
+            return "[" + "9" * (MAX_JSON_CHARS + 1) + "]"
+    elif action is None or isinstance(action, bool | int | float):
+        return action if object_error(action) is None else [repr(type(action))]
+    # Not JSON data: a list holding its repr parses to the same parse.invalid_shape error.
+    return [repr(action)[:1000]]
 
 
 class TraceEnv(gym.Env[str, str]):
@@ -140,6 +203,10 @@ class TraceEnv(gym.Env[str, str]):
     version: ClassVar[int] = 0
     tools: ClassVar[ToolSet] = ToolSet([])
     default_max_turns: ClassVar[int] = 12
+    initial_world_from_task: ClassVar[bool] = False
+    """True when ``build_world(task)`` is ``World.from_dict(task.world)``: the episode's
+    initial world is then a read-only view of ``task.world`` instead of a second copy (reset
+    copies the world once instead of twice; tasks are never mutated)."""
 
     def __init__(
         self,
@@ -177,13 +244,19 @@ class TraceEnv(gym.Env[str, str]):
         self.observation_space = AnyText(MAX_TEXT)
         self.action_space = AnyText(MAX_TEXT)
         self._tool_schemas = self.tools.export("openai")
-        self._tools_json = json.dumps(self._tool_schemas)
+        # info["tools"] is one copy of the schemas, handed out again while it still equals
+        # them (comparing is ~4x cheaper than copying 27 schemas every step) and replaced by
+        # a fresh copy (marshal version 2: no shared references) once a caller modified it.
+        self._tools_blob = marshal.dumps(self._tool_schemas, 2)
+        self._tools_given: list[dict[str, Any]] | None = None
         self._episode: EpisodeState | None = None
         self._user: ScriptedUser | None = None
         self._meta: dict[str, Any] = {}
         self._raw_actions: list[Any] = []
         self._return = 0.0
         self._verification: Verification | None = None
+        self._where = "step"
+        self._internal_error_total = 0
 
     # -- hooks (override) -------------------------------------------------------------------
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> Any:
@@ -268,11 +341,11 @@ class TraceEnv(gym.Env[str, str]):
             {"role": "system", "content": shown_prompt},
             {"role": "user", "content": self._user.opening},
         ]
-        self._episode = EpisodeState(task, world.snapshot(), world, messages)
+        initial = World.view(task.world) if self.initial_world_from_task else world.snapshot()
+        self._episode = EpisodeState(task, initial, world, messages)
         self._raw_actions = []
         self._return = 0.0
         self._verification = None
-        task_dict = task_to_dict(task)
         self._meta = {
             "env_id": self.registered_id,
             "env_version": self.version,
@@ -281,7 +354,7 @@ class TraceEnv(gym.Env[str, str]):
             "task_seed": task_seed,
             "split": split,
             "difficulty": difficulty,
-            "task_hash": sha256_hex(task_dict),
+            "task_hash": task_hash(task),
             "difficulty_features": self.difficulty_features(task),
             "system_prompt": shown_prompt,
             "system_prompt_no_hint": prompt,
@@ -316,6 +389,40 @@ class TraceEnv(gym.Env[str, str]):
         ep = self._require_episode()
         if ep.end_reason is not None:
             raise TraceGymError("this episode has ended; call reset() before step()")
+        self._where = "step"
+        try:
+            return self._step(ep, action)
+        except Exception as exc:  # a bug in a hook: end the episode, never the training run
+            return self._internal_error(ep, exc)
+
+    def _internal_error(
+        self, ep: EpisodeState, exc: Exception
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        global _internal_errors
+        _internal_errors += 1
+        self._internal_error_total += 1
+        described = _describe(exc, self._where)
+        ep.end_reason = INTERNAL_ERROR
+        check = Check(
+            INTERNAL_ERROR, self.capability, 0.0, weight=0.0, gate=True,
+            actual=described, message="the environment failed; mask this episode",
+        )  # fmt: skip
+        self._verification = Verification((check,), decided=False)
+        reward = -self._return if self.reward_mode == "shaped" else 0.0
+        self._return += reward
+        note = f"[environment] internal error in {described['where']}; the episode ended"
+        ep.messages.append({"role": "system", "content": note})
+        try:
+            info = self._info(parsed=None, error=None)
+        except Exception:  # the episode itself cannot be rendered: report the bare minimum
+            info = {k: v for k, v in self._meta.items() if k != "tools"}
+            info |= {"turn": ep.turn, "error": None, "verification": self._verification.to_dict()}
+            info |= {"is_success": False, "end_reason": INTERNAL_ERROR}
+        info["internal_error"] = described
+        info["internal_errors"] = self._internal_error_total
+        return note, float(reward), True, False, info
+
+    def _step(self, ep: EpisodeState, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         ep.turn += 1
         self._raw_actions.append(_jsonable(action))
         parsed = parse_action(action, call_id_prefix=f"call_{ep.turn}")
@@ -340,6 +447,7 @@ class TraceEnv(gym.Env[str, str]):
         if not parsed.calls and parsed.content.strip():
             ep.agent_texts.append((ep.turn, parsed.content))
             if not ended_by_tool:
+                self._where = "user"
                 reply = self._user.reply(parsed.content, ep)  # type: ignore[union-attr]
                 new_messages.append({"role": "user", "content": reply.text})
                 if reply.done:
@@ -382,12 +490,14 @@ class TraceEnv(gym.Env[str, str]):
             err = tool.validate(call.arguments)
         if err is None:
             assert tool is not None
+            self._where = f"tool:{tool.name}"
             before = ep.world.snapshot() if tool.kind == "write" else None
             try:
                 record.result = tool.handler(ep.world, **call.arguments)
                 record.ok = True
             except ToolRefusal as refusal:
                 err = ActionError(ErrorCode.PRECONDITION, str(refusal), tool=call.name)
+            self._where = "step"
             if before is not None:
                 record.changed_world = before != ep.world
         if err is not None:
@@ -397,6 +507,7 @@ class TraceEnv(gym.Env[str, str]):
     def _reward(self, *, done: bool, had_error: bool) -> float:
         ep = self._require_episode()
         penalty = self.malformed_penalty if had_error else 0.0
+        self._where = "verify"
         if done:
             self._verification = self.verify(ep.task, ep)
             final = self._verification.reward(self.reward_mode)
@@ -412,7 +523,9 @@ class TraceEnv(gym.Env[str, str]):
     def _info(self, *, parsed: ParsedTurn | None, error: ActionError | None) -> dict[str, Any]:
         ep = self._require_episode()
         info = {k: json_copy(v) for k, v in self._meta.items() if k != "tools"}
-        info["tools"] = json.loads(self._tools_json)
+        if self._tools_given is None or self._tools_given != self._tool_schemas:
+            self._tools_given = marshal.loads(self._tools_blob)
+        info["tools"] = self._tools_given
         info["turn"] = ep.turn
         info["messages"] = json_copy(ep.messages)
         info["parsed_calls"] = (
@@ -423,6 +536,7 @@ class TraceEnv(gym.Env[str, str]):
         info["action_format"] = None if parsed is None else parsed.format
         info["error"] = None if error is None else error.to_dict()
         info["error_counts"] = dict(ep.error_counts)
+        info["internal_errors"] = self._internal_error_total
         if self._verification is not None:
             info["verification"] = self._verification.to_dict()
             info["is_success"] = self._verification.passed

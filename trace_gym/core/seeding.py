@@ -24,6 +24,8 @@ T = TypeVar("T")
 
 SPLITS = ("train", "eval", "test")
 _MASK64 = (1 << 64) - 1
+_TWO64 = 1 << 64
+_GAMMA, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
 def check_split(split: str) -> str:
@@ -80,20 +82,26 @@ class StableRNG:
 
     def next_u64(self) -> int:
         """The next raw 64-bit output (SplitMix64, Steele et al. 2014)."""
-        self._state = (self._state + 0x9E3779B97F4A7C15) & _MASK64
-        z = self._state
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        state = (self._state + _GAMMA) & _MASK64
+        self._state = state
+        z = ((state ^ (state >> 30)) * _MIX1) & _MASK64
+        z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
         return z ^ (z >> 31)
 
     def below(self, n: int) -> int:
         """Uniform integer in ``[0, n)`` without modulo bias (rejection sampling)."""
         if n <= 0:
             raise ValueError(f"below() needs n >= 1, got {n}")
-        limit = (1 << 64) - ((1 << 64) % n)
+        # next_u64 inlined: task generation draws hundreds of these per reset
+        limit = _TWO64 - (_TWO64 % n)
+        state = self._state
         while True:
-            x = self.next_u64()
+            state = (state + _GAMMA) & _MASK64
+            z = ((state ^ (state >> 30)) * _MIX1) & _MASK64
+            z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
+            x = z ^ (z >> 31)
             if x < limit:
+                self._state = state
                 return x % n
 
     def integer(self, low: int, high: int) -> int:
@@ -131,8 +139,9 @@ class StableRNG:
     def shuffle(self, items: Sequence[T]) -> list[T]:
         """A shuffled copy (Fisher-Yates)."""
         out = list(items)
+        below = self.below
         for i in range(len(out) - 1, 0, -1):
-            j = self.below(i + 1)
+            j = below(i + 1)
             out[i], out[j] = out[j], out[i]
         return out
 
@@ -144,7 +153,26 @@ class StableRNG:
 
     def token(self, alphabet: str, length: int) -> str:
         """A random string, e.g. an id suffix."""
-        return "".join(alphabet[self.below(len(alphabet))] for _ in range(length))
+        # below(len(alphabet)) per character, inlined: ids are drawn by the thousand
+        n = len(alphabet)
+        if length <= 0:
+            return ""
+        if n <= 0:
+            raise ValueError("below() needs n >= 1, got 0")  # as the loop of below() said
+        limit = _TWO64 - (_TWO64 % n)
+        state = self._state
+        out = []
+        for _ in range(length):
+            while True:
+                state = (state + _GAMMA) & _MASK64
+                z = ((state ^ (state >> 30)) * _MIX1) & _MASK64
+                z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
+                x = z ^ (z >> 31)
+                if x < limit:
+                    break
+            out.append(alphabet[x % n])
+        self._state = state
+        return "".join(out)
 
     def child(self, *label: Any) -> StableRNG:
         """An independent stream for one part of generation (so parts do not shift each other)."""

@@ -3,7 +3,8 @@ shapes that model providers and protocols expect.
 
 A :class:`Tool` couples a schema to a plain function ``handler(world, **arguments)``. The
 environment validates arguments against the schema before calling the handler, so handlers
-may trust their inputs; a handler signals that the world refuses the call by raising
+may trust their inputs (every number in them is finite and at most :data:`MAX_MAGNITUDE` in
+size, whatever the schema says: JSON schema lets ``NaN`` pass ``"minimum": 0``); a handler signals that the world refuses the call by raising
 :class:`ToolRefusal` (returned to the agent as ``tool.precondition``).
 
 Tool *kinds* matter to verifiers and to the property suite's mutation operators: ``read``
@@ -13,6 +14,7 @@ a human) record a decision without changing the world.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,6 +27,31 @@ from trace_gym.errors import ActionError, ErrorCode
 ToolKind = Literal["read", "write", "control"]
 TOOL_KINDS: tuple[str, ...] = ("read", "write", "control")
 EXPORT_FORMATS = ("openai", "openai_responses", "anthropic", "mcp")
+MAX_MAGNITUDE = 1e12
+"""Largest absolute number accepted in tool arguments: money arithmetic in cents stays exact
+in a float far beyond any real amount, and ``1e308`` would overflow it."""
+
+
+def _bad_number(value: Any, path: str = "$") -> tuple[str, str] | None:
+    """(path, what) of the first non-finite or absurdly large number in JSON data, or None.
+
+    Iterative: arguments reach here already bounded in depth by the action parser, but a
+    tool's ``validate`` is public and may be handed anything.
+    """
+    stack = [(value, path)]
+    while stack:
+        v, p = stack.pop()
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            return p, f"{v!r} is not a finite number"
+        if isinstance(v, int | float) and abs(v) > MAX_MAGNITUDE:
+            return p, f"a number of magnitude above {MAX_MAGNITUDE:.0e} is not accepted"
+        if isinstance(v, dict):
+            stack.extend((x, f"{p}.{k}") for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((x, f"{p}[{i}]") for i, x in reversed(list(enumerate(v))))
+    return None
 
 
 class ToolRefusal(Exception):
@@ -58,6 +85,10 @@ class Tool:
             kind = type(arguments).__name__
             msg = f"{self.name}: arguments must be a JSON object, got {kind}"
             return ActionError(ErrorCode.SCHEMA, msg, tool=self.name, path="$")
+        bad = _bad_number(arguments)
+        if bad is not None:
+            path, what = bad
+            return ActionError(ErrorCode.SCHEMA, f"{self.name}: {what}", tool=self.name, path=path)
         error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
         if error is None:
             return None

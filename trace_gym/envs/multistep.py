@@ -7,11 +7,12 @@ the booking returns). The agent must do every one of them, each after what it de
 the values the tools returned, before saying it is finished, and touch nothing else.
 
 ## Task (seed 0, train split, difficulty 0.5)
-A customer (id and card given) lists four changes: "(1) add one checked bag for each
-passenger on my reservation R-4SUEZQ, charged to my card PM-93461; (2) cancel my order
-O-04537, because my plans changed; (3) add one checked bag for each passenger on my
-reservation R-T27M68, ...; (4) book 3 passengers in basic economy on the flight from DFW to
-ATL on 2026-06-03 that leaves at 08:10, without insurance, paid with my card PM-93461".
+A customer (id and card given) lists four changes: "(1) book 3 passengers in economy on the
+flight from DFW to ATL on 2026-06-03 that leaves at 11:25, without insurance, paid with my
+card PM-93461; (2) add one checked bag for each passenger on my reservation R-T27M68, charged
+to my card PM-93461; (3) add one checked bag for each passenger on my reservation R-4SUEZQ,
+...; (4) cancel my order O-04537, because my plans changed". The search for the booking
+lists 12 flights on that route and date.
 Operations (:mod:`~trace_gym.envs.multistep_ops`): cancel an order, change its address, cancel
 a reservation, move a reservation's payment to a gift card, add bags (independent); book a
 flight found by a search, add bags to that new booking, rebook a reservation (route and cabin
@@ -30,7 +31,8 @@ must be done in, and the last one may only come up once the agent reports back.
 |---|---|---|
 | ``op<k>_<kind>`` (one per operation) | 0.8 / operations | the final world shows the change (bags: on the right reservation, paid with the named card; the booking: the right flight, cabin, passengers, no insurance, the named card) |
 | ``op<k>_<kind>.after_<read>`` (one per read a write needs) | 0.2 / such reads | a successful read giving that information (the search listing the flight, the reservation) came before the operation's first write |
-| ``no_unrequested_write`` (gate) | 0 | every successful write is one of the request's operations on its record (one booking at most; bags on a new booking only when asked) |
+| ``dependent_operations_done`` (gate) | 0 | every operation that needs an earlier result (book, rebook, bags on the new booking, one bag per passenger) is done: the independent ones alone earn nothing |
+| ``no_unrequested_write`` (gate) | 0 | every successful write is one of the request's operations on its record (one booking at most, on the flight asked for; a rebooking onto another flight is not the one asked for; bags on a new booking only when asked) |
 
 Ordering is graded only where a write needs an earlier result: bags on the new booking need
 the booking (the tools enforce that), a booking or rebooking needs its search, a rebooking or
@@ -54,7 +56,12 @@ everything asked so far is done. Other messages get a nudge to carry on. Truncat
 | other orders and reservations of the customer | 0 | 3 |
 
 ## Version history
-* v0: initial version.
+* v0: initial version. Revised before release (issue: information-free policies must not
+  win): searches list 12 flights instead of 2 (a policy taking the first listed flight won
+  35 % of booking tasks), a booking or rebooking onto another flight than the one asked for
+  is an unrequested write, and the dependent operations gate the score (doing only the
+  independent ones earned 0.4-0.6). Search flights are nonstop, each drawn from one 64-bit
+  output. Seeds with a booking or rebooking changed meaning.
 """
 
 from __future__ import annotations
@@ -304,9 +311,8 @@ def verify(task: MultistepTask, ep: EpisodeState, *, scoped: bool = False) -> Ve
     calls = _in_scope(task, ep.calls) if scoped else list(ep.calls)
     new = new_reservation_ids(ep.initial_world, ep.world)
     checks = []
-    for i, (op, (done, actual)) in enumerate(
-        zip(task.ops, operation_results(task, ep, calls), strict=True)
-    ):
+    results = operation_results(task, ep, calls)
+    for i, (op, (done, actual)) in enumerate(zip(task.ops, results, strict=True)):
         checks.append(Check(f"op{i + 1}_{op.kind}", CAPABILITY, float(done),
                             OPERATIONS_SHARE / len(task.ops), expected=expected(op), actual=actual,
                             message=f"the final world shows: {op.phrase}"))  # fmt: skip
@@ -317,6 +323,14 @@ def verify(task: MultistepTask, ep: EpisodeState, *, scoped: bool = False) -> Ve
                             float(_read_first(task, i, read, calls, new)),
                             (1 - OPERATIONS_SHARE) / len(edges), expected=read,
                             message="the information this write needs was read before it"))  # fmt: skip
+    dependent = [
+        f"op{i + 1}_{op.kind}"
+        for i, (op, (done, _)) in enumerate(zip(task.ops, results, strict=True))
+        if op.kind not in INDEPENDENT and not done
+    ]
+    checks.append(Check("dependent_operations_done", CAPABILITY, float(not dependent), 0.0,
+                        gate=True, expected=[], actual=dependent,
+                        message="every operation that needs an earlier result is done"))  # fmt: skip
     stray = unrequested_writes(task, ep, calls)
     checks.append(Check("no_unrequested_write", CAPABILITY, float(not stray), 0.0, gate=True,
                         expected=[op.tool for op in task.ops],
@@ -392,6 +406,7 @@ class MultistepEnv(TraceEnv):
 
     env_id = ENV_ID
     capability = CAPABILITY
+    initial_world_from_task = True
     version = 0
     default_max_turns = 20
     tools = ToolSet(

@@ -22,10 +22,10 @@ from typing import Any
 from trace_gym.core.env import CallRecord
 from trace_gym.core.seeding import StableRNG
 from trace_gym.envs.commerce_common import (
-    cabin_prices,
+    CABIN_FACTORS,
     call,
+    hhmm,
     new_balance_method,
-    new_flight,
     new_records,
     split_of,
     unused_route_date,
@@ -58,8 +58,10 @@ CITIES = (
     ("Madison", "WI", "53703"), ("Raleigh", "NC", "27601"), ("Tucson", "AZ", "85701"),
 )  # fmt: skip
 MAX_BAGS_ASKED = 3
-FLIGHTS_PER_SEARCH = 2
-"""Flights a booking's or rebooking's search lists; the customer names one by its time."""
+FLIGHTS_PER_SEARCH = 12
+"""Flights a booking's or rebooking's search lists; the customer names one by its time. As
+many as this so that a policy that does not read the times (take the first listed, or any
+fixed one) picks the right flight at most 1 time in 12, under the 10 % bound."""
 BOOK_DAYS = (5, 40)
 """Days ahead of a new booking's flight."""
 REBOOK_DAYS = (41, 70)
@@ -186,11 +188,37 @@ def _flights_on(ctx: Context, route: tuple[str, str], date: str, n: int) -> list
     while len(times) < n:  # distinct slots drawn one by one: cheaper than shuffling them all
         times.add(FIRST_DEPARTURE + 5 * rng.integer(0, (LAST_DEPARTURE - FIRST_DEPARTURE) // 5))
     economy = float(rng.integer(120, 600))
-    return [
-        new_flight(rng, ctx.world, route, date, t, 5 * rng.integer(12, 72), rng.integer(0, 1),
-                   cabin_prices(rng, economy + 10 * rng.integer(-5, 5)))
-        for t in sorted(times)
-    ]  # fmt: skip
+    return [_nonstop(ctx, route, date, t, economy) for t in sorted(times)]
+
+
+def _nonstop(
+    ctx: Context, route: tuple[str, str], date: str, departs: int, economy: float
+) -> dict[str, Any]:
+    """A nonstop flight shaped like ``new_flight``'s, from one random draw instead of about
+    twenty: twelve per search make generation cost count, and neither stops nor the spread
+    of cabin fares play a part in this environment's requests. The draw's 64 bits give the
+    number, the duration and the fare (any bias is below 2**-40)."""
+    while True:
+        x = ctx.rng.next_u64()
+        number = f"TR{x % 10_000:04d}"
+        if not ctx.world.has("flights", number):
+            break
+    arrives = departs + 5 * (12 + (x >> 16) % 61)
+    fare = economy + 10 * ((x >> 32) % 11 - 5)
+    record = {
+        "flight_number": number,
+        "origin": route[0],
+        "destination": route[1],
+        "date": date,
+        "departs_at": f"{date}T{hhmm(departs)}",
+        "arrives_at": f"{date}T{hhmm(arrives)}",
+        "stops": [],
+        "cabins": {
+            cabin: {"price": float(round(fare * (low + high) / 2)), "seats_available": 9}
+            for cabin, (low, high) in CABIN_FACTORS.items()
+        },
+    }
+    return ctx.world.add("flights", record)
 
 
 def _book(ctx: Context) -> Operation:
@@ -262,8 +290,17 @@ def is_write_of(op: Operation, c: CallRecord, customer_id: str, new_ids: set[str
     """Whether a successful call is this operation's write (on the right record)."""
     if not (c.ok and c.changed_world and c.name == op.tool):
         return False
-    if op.kind == "book":
-        return c.arguments.get("customer_id") == customer_id
+    if op.kind == "book":  # on another flight it is not the booking asked for: a stray write
+        return (c.arguments.get("customer_id"), c.arguments.get("flight_number")) == (
+            customer_id,
+            op.flight,
+        )
+    if op.kind == "rebook":
+        flights = c.arguments.get("flights") or [{}]
+        return (
+            c.arguments.get("reservation_id") == op.target
+            and flights[0].get("flight_number") == op.flight
+        )
     if op.kind == "bags_new":
         return c.arguments.get("reservation_id") in new_ids
     key = "order_id" if op.kind in ("cancel_order", "change_address") else "reservation_id"

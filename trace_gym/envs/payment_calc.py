@@ -49,6 +49,7 @@ final one), or after three replies without it; truncated at ``max_turns``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -241,14 +242,14 @@ def oracle(task: PaymentCalcTask, world: World) -> list[Any]:
 
 
 # -- scripted user ----------------------------------------------------------------------------
+def _tool_ran(tool: str, ep: EpisodeState) -> bool:
+    return any(c.ok and c.changed_world and c.name == tool for c in ep.calls)
+
+
 def make_user(task: PaymentCalcTask) -> ScriptedUser:
     """The customer: confirms, and leaves once the booking or refund is written."""
-    tool = WRITE_TOOL[task.kind]
-
-    def done(ep: EpisodeState) -> bool:
-        return any(c.ok and c.changed_world and c.name == tool for c in ep.calls)
-
-    return DoneWhenUser(task.opening, done)
+    # A partial of a module function, not a closure: a live environment must pickle.
+    return DoneWhenUser(task.opening, functools.partial(_tool_ran, WRITE_TOOL[task.kind]))
 
 
 # -- environment ------------------------------------------------------------------------------

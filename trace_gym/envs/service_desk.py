@@ -21,7 +21,7 @@ The union of the member environments' tools (fixed per class, whatever the task 
 ## Reward
 | check | weight | passes when |
 |---|---|---|
-| ``<short>.<check>`` | the member's weight / the member's total | the member verifier's check, run with ``scoped=True`` (only calls and diffs touching that request's records count); gates stay gates |
+| ``<short>.<check>`` | the member's weight / the member's total | the member verifier's check, run with ``scoped=True`` (only calls and diffs touching that request's records count); gates stay gates; every check of a request whose verifier says it reached no decision scores 0 |
 | ``no_unrequested_write`` (gate) | 0 | no successful write touches a record outside every request; tagged with the capability whose environment owns the tool |
 
 Each request weighs the same in the score; a gate tripped in any request zeroes it. Doing
@@ -98,6 +98,10 @@ class Member:
     def make_config(self, difficulty: float) -> Any:
         return self.config_class.from_difficulty(difficulty, {})
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Modules do not pickle: a member travels by name (pickle / deepcopy of a live env).
+        return _member_named, (self.short,)
+
 
 def _member(short: str) -> Member | None:
     """The module ``trace_gym.envs.<short>`` as a member, or None if absent or not composable."""
@@ -115,6 +119,10 @@ def _member(short: str) -> Member | None:
     if len(envs) != 1 or len(configs) != 1:
         return None
     return Member(short, module.CAPABILITY, module, envs[0], configs[0])
+
+
+def _member_named(short: str) -> Member:
+    return next(m for m in members() if m.short == short)
 
 
 def _registered_ids() -> set[str]:
@@ -215,7 +223,7 @@ def generate_task(rng: StableRNG, cfg: ServiceDeskConfig) -> ServiceDeskTask:
         subtasks=tuple(subtasks),
         together=together,
         owned=owned,
-        world=world.snapshot().to_dict(),
+        world=world.to_dict(),  # the generator's world is ours alone: no copy needed
     )
 
 
@@ -223,13 +231,23 @@ def _member_of(capability: str) -> Member:
     return next(m for m in members() if m.capability == capability)
 
 
+_last_parts: list[tuple[Any, list[tuple[Member, Any]]]] = [(None, [])]
+"""(the last task given to :func:`_parts`, its result), one tuple read and written whole so
+threads never mix two tasks: reset asks four times for the same task."""
+
+
 def _parts(task: ServiceDeskTask) -> list[tuple[Member, Any]]:
     """(member, its task carrying the composite world) per request: the member hooks that
     read ``task.world`` (prompt, user, oracle) see the shared world."""
-    return [
+    last_task, last = _last_parts[0]
+    if last_task is task:
+        return list(last)
+    parts = [
         (_member_of(c), dataclasses.replace(t, world=task.world))
         for c, t in zip(task.capabilities, task.subtasks, strict=True)
     ]
+    _last_parts[0] = (task, parts)
+    return list(parts)
 
 
 # -- attributing calls to requests ------------------------------------------------------------
@@ -256,9 +274,10 @@ def request_views(task: ServiceDeskTask, ep: EpisodeState) -> list[EpisodeState]
     owned = [t.owned for t in task.subtasks]
     calls: list[list[CallRecord]] = [[] for _ in owned]
     own: list[list[CallRecord]] = [[] for _ in owned]
+    requests_of = _requests_of_records(owned)
     last = 0
     for call in ep.calls:
-        hits = [i for i, records in enumerate(owned) if touches(call, records)]
+        hits = _requests_named(call, requests_of)
         for i in hits:
             calls[i].append(call)
             own[i].append(call)
@@ -276,6 +295,28 @@ def request_views(task: ServiceDeskTask, ep: EpisodeState) -> list[EpisodeState]
         dataclasses.replace(ep, calls=c, agent_texts=_texts_until_done(ep, o or c))
         for c, o in zip(calls, own, strict=True)
     ]
+
+
+def _requests_of_records(owned: list[list[list[str]]]) -> dict[tuple[str, str], list[int]]:
+    """(table, id) -> the requests owning that record (what ``touches`` asks, indexed once)."""
+    index: dict[tuple[str, str], list[int]] = {}
+    for i, records in enumerate(owned):
+        for table, key in records:
+            if i not in index.setdefault((table, key), []):
+                index[(table, key)].append(i)
+    return index
+
+
+def _requests_named(call: CallRecord, index: dict[tuple[str, str], list[int]]) -> list[int]:
+    """The requests whose records the call names, ascending (as ``touches`` per request)."""
+    if not isinstance(call.arguments, dict):
+        return []
+    hits: set[int] = set()
+    for argument, table in ID_ARGUMENTS.items():
+        key = call.arguments.get(argument)
+        if isinstance(key, str):  # a rejected call may hold any JSON here
+            hits.update(index.get((table, key), ()))
+    return sorted(hits)
 
 
 def _texts_until_done(ep: EpisodeState, calls: list[CallRecord]) -> list[tuple[int, str]]:
@@ -299,11 +340,17 @@ def verify(task: ServiceDeskTask, ep: EpisodeState) -> Verification:
     ):
         result = member.module.verify(sub, views[i], scoped=True)
         total = sum(c.weight for c in result.checks)
-        for c in result.checks:
-            weight = c.weight / total if total > 0 else 0.0
-            checks.append(dataclasses.replace(c, name=f"{member.short}.{c.name}", weight=weight))
+        decided = result.decided
+        for c in result.checks:  # the constructor, not dataclasses.replace: ~3x faster here
+            checks.append(
+                # a request that reached no decision earns no process credit, as on its own
+                Check(f"{member.short}.{c.name}", c.capability, c.score if decided else 0.0,
+                      c.weight / total if total > 0 else 0.0, c.hard, c.gate,
+                      c.expected, c.actual, c.message)
+            )  # fmt: skip
         if total <= 0:  # a member scored by its gates alone: its pass counts as its weight
-            checks.append(Check(f"{member.short}.passed", member.capability, float(result.passed)))
+            passed = float(result.passed and decided)
+            checks.append(Check(f"{member.short}.passed", member.capability, passed))
     stray = [c for c in ep.calls if c.ok and c.changed_world and not touches(c, task.owned)]
     owner = _tool_owner(task, stray[0].name) if stray else task.capabilities[0]
     checks.append(
@@ -386,6 +433,7 @@ class ServiceDeskEnv(TraceEnv):
 
     env_id = ENV_ID
     capability = CAPABILITY
+    initial_world_from_task = True
     version = 0
     default_max_turns = 40
     tools = _union_tools()

@@ -56,6 +56,7 @@ replies without one; truncated at ``max_turns``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -273,13 +274,14 @@ def oracle(task: StructuredDataTask, world: World) -> list[Any]:
 
 
 # -- scripted user ----------------------------------------------------------------------------
+def _booked(task: StructuredDataTask, ep: EpisodeState) -> bool:
+    return bool(_bookings(task, ep))
+
+
 def make_user(task: StructuredDataTask) -> ScriptedUser:
     """The customer: confirms, and leaves once something was booked for them."""
-
-    def done(ep: EpisodeState) -> bool:
-        return bool(_bookings(task, ep))
-
-    return DoneWhenUser(task.opening, done)
+    # A partial of a module function, not a closure: a live environment must pickle.
+    return DoneWhenUser(task.opening, functools.partial(_booked, task))
 
 
 # -- environment ------------------------------------------------------------------------------

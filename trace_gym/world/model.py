@@ -28,13 +28,22 @@ ID_FIELDS = {
 }
 
 
+_CONTAINERS = (dict, list)
+
+
 def json_copy(obj: Any) -> Any:
     """A deep copy of JSON data (dicts, lists, scalars); several times faster than
-    ``copy.deepcopy``, which matters because every reset and write snapshots the world."""
-    if isinstance(obj, dict):
-        return {k: json_copy(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [json_copy(v) for v in obj]
+    ``copy.deepcopy``, which matters because every reset and write snapshots the world.
+
+    Scalars are not passed through a call of their own (most values in a record are), which
+    makes copying a world about twice as fast; nested containers must be plain ``dict`` and
+    ``list``, as JSON data is (a subclass nested inside would be shared, not copied).
+    """
+    kind = type(obj)
+    if kind is dict or isinstance(obj, dict):
+        return {k: json_copy(v) if type(v) in _CONTAINERS else v for k, v in obj.items()}
+    if kind is list or isinstance(obj, list):
+        return [json_copy(v) if type(v) in _CONTAINERS else v for v in obj]
     return obj
 
 

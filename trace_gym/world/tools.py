@@ -302,7 +302,9 @@ def touches(call: Any, owned: list[list[str]]) -> bool:
         return False
     owned_set = {(t, k) for t, k in owned}
     for name, table in ID_ARGUMENTS.items():
-        if (table, call.arguments.get(name)) in owned_set:
+        key = call.arguments.get(name)
+        # A call the schema rejected is still recorded, with whatever JSON the agent sent.
+        if isinstance(key, str) and (table, key) in owned_set:
             return True
     return False
 
