@@ -48,7 +48,7 @@ test: lint
 
 # Long hypothesis profile: at least 100,000 fuzzed actions per environment.
 test-long: $(STAMP)
-	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/gym -m "not train"
+	HYPOTHESIS_PROFILE=trace-long $(BIN)/python -m pytest tests/gym -m "not train"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/env_speed.py

@@ -1,13 +1,9 @@
-"""Loads the hypothesis profile for this test suite (``HYPOTHESIS_PROFILE``, default ``ci``).
+"""Loads the hypothesis profile for this test suite (``HYPOTHESIS_PROFILE``, default ``trace-ci``).
 
 ``trace_gym.testing`` only registers the profiles, so that importing it from a user's own
 tests leaves their hypothesis settings alone.
 """
 
-import os
+from trace_gym.testing import load_profile_from_env
 
-from hypothesis import settings
-
-import trace_gym.testing  # noqa: F401  (registers the ci / long / dev profiles)
-
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+load_profile_from_env()

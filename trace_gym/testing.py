@@ -20,10 +20,11 @@ never crash ``step`` and keep rewards in range, verifying twice gives the same r
 does not mutate the world, offline re-scoring equals the online reward, splits are
 seed-disjoint, and ``gymnasium.utils.env_checker.check_env`` passes.
 
-Profiles: ``ci`` (derandomized, small), ``long`` (at least :data:`LONG_FUZZ_ACTIONS` fuzzed
-actions per environment through :func:`check_garbage_actions`) and ``dev``. Importing this
-module registers them and loads none: load one yourself (``settings.load_profile("ci")``, as
-our ``tests/conftest.py`` does from ``HYPOTHESIS_PROFILE``); every check runs with no deadline
+Profiles: ``trace-ci`` (derandomized, small), ``trace-long`` (at least
+:data:`LONG_FUZZ_ACTIONS` fuzzed actions per environment through :func:`check_garbage_actions`)
+and ``trace-dev``. Importing this module registers them and loads none: load one yourself
+(``settings.load_profile("trace-ci")``, or :func:`load_profile_from_env` as our
+``tests/conftest.py`` does from ``HYPOTHESIS_PROFILE``); every check runs with no deadline
 and without the too-slow health check whatever the profile, since an episode takes
 milliseconds. Public strategies (:func:`garbage_actions`, :func:`adversarial_actions` and the
 categories they draw from) let you fuzz your own environment the same way.
@@ -66,22 +67,43 @@ EnvSource = str | Callable[[], gym.Env]
 Verifier = Callable[[Any, Any], Any]
 
 _SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large]
+# Prefixed names: hypothesis loads its own built-in "ci" profile when it detects a CI machine,
+# so registering a profile called "ci" would silently replace the importer's active settings.
 settings.register_profile(
-    "ci", max_examples=8, derandomize=True, deadline=None,
+    "trace-ci", max_examples=8, derandomize=True, deadline=None,
     suppress_health_check=_SUPPRESSED, database=None,
 )  # fmt: skip
 settings.register_profile(
-    "long", max_examples=2500, deadline=None, suppress_health_check=_SUPPRESSED, database=None
+    "trace-long", max_examples=2500, deadline=None, suppress_health_check=_SUPPRESSED, database=None
 )
-settings.register_profile("dev", max_examples=25, deadline=None, database=None)
+settings.register_profile("trace-dev", max_examples=25, deadline=None, database=None)
 # Registering is all an import does: loading a profile would change the importer's own
 # hypothesis settings. Our conftest loads one from HYPOTHESIS_PROFILE.
+PROFILES = ("trace-ci", "trace-dev", "trace-long")
+
+
+def load_profile_from_env(default: str = "trace-ci") -> str:
+    """Load the profile named by ``HYPOTHESIS_PROFILE`` (``ci``/``dev``/``long`` are accepted
+    for ours), or ``default``; returns the name loaded. An unknown name is an error naming the
+    choices rather than hypothesis' bare ``InvalidArgument``."""
+    name = os.environ.get("HYPOTHESIS_PROFILE") or default
+    if f"trace-{name}" in PROFILES:
+        name = f"trace-{name}"
+    try:
+        settings.load_profile(name)
+    except Exception as exc:  # hypothesis raises InvalidArgument for unregistered names
+        choices = ", ".join(PROFILES)
+        raise ValueError(
+            f"HYPOTHESIS_PROFILE={name!r} is not a registered profile (ours: {choices})"
+        ) from exc
+    return name
+
 
 GARBAGE_ACTIONS_PER_EXAMPLE = 40
 """Most actions per hypothesis example in :func:`check_garbage_actions`."""
 LONG_FUZZ_ACTIONS = 100_000
 """Fuzzed actions per environment that :func:`check_garbage_actions` reaches under a profile
-at least as large as ``long``."""
+at least as large as ``trace-long``."""
 RANDOM_AGENT_MAX_SUCCESS = 0.05
 """A random agent may stumble on a solution, but at most this often."""
 KNOWN_CODES = {c.value for c in ErrorCode}
@@ -530,7 +552,7 @@ def short_repr(value: Any) -> str:
 
 
 def _long_profile() -> bool:
-    return settings.default.max_examples >= settings.get_profile("long").max_examples
+    return settings.default.max_examples >= settings.get_profile("trace-long").max_examples
 
 
 def _suite_settings() -> settings:
@@ -577,7 +599,7 @@ def check_garbage_actions(
     Fuzzes with :func:`garbage_actions` (every category of :func:`adversarial_actions`), and
     with the oracle's own calls with one argument replaced by an adversarial value, so real
     ids carry bad values into the handlers. ``min_actions`` (default: 0, or
-    :data:`LONG_FUZZ_ACTIONS` under a profile at least as large as ``long``) repeats the
+    :data:`LONG_FUZZ_ACTIONS` under a profile at least as large as ``trace-long``) repeats the
     hypothesis run until that many actions have been stepped.
     """
     from trace_gym.core.env import internal_error_count

@@ -155,7 +155,7 @@ def validate(
         cmd += ["--policy", policy] if policy else []
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
         if not quick:  # more hypothesis examples per property than the ci profile's 8
-            env.setdefault("HYPOTHESIS_PROFILE", "dev")
+            env.setdefault("HYPOTHESIS_PROFILE", "trace-dev")
         if search_path is not None:
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (str(search_path), env.get("PYTHONPATH", "")) if p
@@ -682,6 +682,9 @@ def _child_main(argv: list[str]) -> int:
     p.add_argument("--policy")
     args = p.parse_args(argv)
     out = open(args.out, "w", encoding="utf-8")  # opened before the sandbox forbids writing
+    from trace_gym.testing import load_profile_from_env
+
+    load_profile_from_env()  # the parent's HYPOTHESIS_PROFILE sizes the property gates
 
     def save(report: dict[str, Any]) -> None:
         out.seek(0)

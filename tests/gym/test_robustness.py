@@ -4,6 +4,7 @@ pickling live environments, and the hypothesis profile left alone on import."""
 import copy
 import json
 import math
+import os
 import pickle
 import subprocess
 import sys
@@ -310,12 +311,18 @@ def test_the_garbage_check_finds_a_handler_bug(no_shrinking):
 
 
 def test_importing_the_suite_leaves_the_hypothesis_profile_alone():
+    # CI=true makes hypothesis load its built-in "ci" profile: the case where a profile of ours
+    # with the same name would replace the importer's active settings.
     code = (
         "from hypothesis import settings\n"
         "before = settings.default.max_examples, settings.default.derandomize\n"
         "import trace_gym.testing\n"
         "after = settings.default.max_examples, settings.default.derandomize\n"
-        "print(before == after, sorted({'ci', 'long', 'dev'} & set(settings._profiles)))\n"
+        "print(before == after, sorted(set(trace_gym.testing.PROFILES) & set(settings._profiles)))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split("\n")[0] == "True ['ci', 'dev', 'long']"
+    for ci in ("", "true"):
+        env = dict(os.environ, CI=ci)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+        )
+        assert out.stdout.split("\n")[0] == "True ['trace-ci', 'trace-dev', 'trace-long']", ci

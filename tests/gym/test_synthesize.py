@@ -169,7 +169,7 @@ def test_the_prompt_carries_contract_reference_and_vocabulary(accepted):
     _, model, _ = accepted
     first = model.requests[0][1]["content"]
     assert "class CapabilitySpec" in first and "def credit_loyalty_points" in first
-    assert "[write] cancel_order(order_id, reason)" in first
+    assert "[write] cancel_order(order_id, reason, refund_to)" in first
     assert CAPABILITY in first
 
 

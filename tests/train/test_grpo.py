@@ -50,7 +50,9 @@ def oracle_on_hinted_rows(tokenizer_holder: dict):
                     spec = grpo.EpisodeSpec.from_key(key)
                     env.reset(seed=spec.task_seed, options={"difficulty": spec.difficulty})
                     oracle_cache[key] = [action_text(a) for a in env.unwrapped.oracle_actions()]
-                turn = (prefix.count(end) - 2) // 2
+                # assistant headers so far, less the generation prompt's (a turn's tool
+                # responses may be one message or several, so end markers do not count turns)
+                turn = text.count("<|im_start|>assistant") - 1
                 plan = oracle_cache[key]
                 reply = plan[turn] if turn < len(plan) else "Done."
                 outs[i] = (tokenizer(reply, add_special_tokens=False)["input_ids"] + [end], None)
@@ -108,7 +110,7 @@ def trained(env_tiny, tmp_path_factory):
     out = tmp_path_factory.mktemp("grpo_run")
     cfg = GRPORunConfig(
         model=env_tiny, output_dir=str(out), group_size=4, groups_per_step=1, steps=2,
-        max_turns=4, max_new_tokens=48, max_completion_tokens=400, learning_rate=1e-2,
+        max_turns=4, max_new_tokens=96, max_completion_tokens=1024, learning_rate=1e-2,
         lora_rank=4, lora_alpha=8, lora_targets=["q_proj", "v_proj"], hint_ratio=0.5,
         difficulty=0.0, save_steps=10, seed=0,
     )  # fmt: skip
