@@ -84,7 +84,10 @@ def main() -> int:
     args = parser.parse_args()
     # Not derandomized: every round draws new examples.
     settings.register_profile(
-        "fuzz-long", settings.get_profile("trace-long"), max_examples=ROUND_EXAMPLES, derandomize=False
+        "fuzz-long",
+        settings.get_profile("trace-long"),
+        max_examples=ROUND_EXAMPLES,
+        derandomize=False,
     )
     settings.load_profile("fuzz-long")
     rows = [fuzz(env_id, args.actions) for env_id in (args.env or trace_gym.registered_ids())]
