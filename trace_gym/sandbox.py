@@ -31,6 +31,7 @@ from a fake zero.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import errno
 import json
 import os
@@ -63,6 +64,9 @@ STATUSES = (
 REPORT_MARKER = "@@TRACE_SANDBOX_REPORT@@"
 """Prefix of the line in stdout that carries a structured report (the last one counts)."""
 NOBODY = 65534
+LIVE_GROUPS: set[int] = set()
+"""Process groups of runs in progress (a caller's audit policy may let exactly these be
+killed: ``trace-gym validate`` does)."""
 
 # Exit codes the launcher uses for failures it recognises (the run's own codes stay < 64).
 _EXIT_BLOCKED, _EXIT_MEMORY, _EXIT_NPROC, _EXIT_FSIZE, _EXIT_NOFILE = 90, 91, 92, 93, 94
@@ -180,6 +184,9 @@ class RunResult:
     report: Any = None
     """The JSON after the last :data:`REPORT_MARKER` line of stdout, if any."""
     duration_s: float = field(default=0.0, compare=False)
+    files: dict[str, str] | None = field(default=None, compare=False)
+    """The task directory's text files after the run, when :meth:`Sandbox.run` was asked to
+    ``collect`` them (see :func:`collect_files` for what is left out)."""
 
     @property
     def ok(self) -> bool:
@@ -237,9 +244,18 @@ class Sandbox:
 
     # -- public ---------------------------------------------------------------------------
     def run(
-        self, files: dict[str, str], entry: str, args: list[str] | tuple[str, ...] = ()
+        self,
+        files: dict[str, str],
+        entry: str,
+        args: list[str] | tuple[str, ...] = (),
+        *,
+        collect: bool = False,
     ) -> RunResult:
-        """Write ``files`` (relative path -> text) into a fresh directory and run ``entry``."""
+        """Write ``files`` (relative path -> text) into a fresh directory and run ``entry``.
+
+        With ``collect``, the directory's text files as the run left them come back in
+        :attr:`RunResult.files` (a shell command that edits, creates or deletes files).
+        """
         if self._require_bwrap and not self._bwrap:
             return self._infra("isolation='bwrap' but no bwrap executable is installed")
         try:
@@ -251,7 +267,10 @@ class Sandbox:
                 self._write_files(root, files)
             except OSError as exc:  # a bad path (ValueError) is the caller's bug: it raises
                 return self._infra(f"cannot write the task files: {exc}")
-            return self._execute(root, entry, list(args))
+            result = self._execute(root, entry, list(args))
+            if collect and not result.infra_error:
+                result = dataclasses.replace(result, files=collect_files(root))
+            return result
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -334,7 +353,11 @@ class Sandbox:
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return self._infra(f"cannot start the sandboxed process: {exc}")
-        out, err, flooded, timed_out = self._collect(proc, start)
+        LIVE_GROUPS.add(proc.pid)
+        try:
+            out, err, flooded, timed_out = self._collect(proc, start)
+        finally:
+            LIVE_GROUPS.discard(proc.pid)
         duration = time.monotonic() - start
         stdout = out.decode("utf-8", "replace")
         stderr = err.decode("utf-8", "replace")
@@ -431,6 +454,46 @@ class Sandbox:
         if "MemoryError" in stderr[-2000:]:
             return "memory_limit", f"ran out of its {lim.memory_bytes >> 20} MiB address space"
         return "error", f"exited with status {code}"
+
+
+COLLECT_MAX_FILES = 2000
+COLLECT_MAX_FILE_BYTES = 1 << 20
+COLLECT_MAX_TOTAL_BYTES = 32 << 20
+
+
+def collect_files(root: str) -> dict[str, str]:
+    """Text files under ``root`` (relative POSIX path -> text), read without following links.
+
+    Left out, because a repository of text files cannot hold them or the run made too much:
+    symbolic links and other non-regular files, ``__pycache__`` folders, files that are not
+    UTF-8, files over :data:`COLLECT_MAX_FILE_BYTES`, and everything beyond
+    :data:`COLLECT_MAX_FILES` files or :data:`COLLECT_MAX_TOTAL_BYTES` in all.
+    """
+    import stat
+
+    out: dict[str, str] = {}
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+                if not stat.S_ISREG(st.st_mode) or st.st_size > COLLECT_MAX_FILE_BYTES:
+                    continue
+                if len(out) >= COLLECT_MAX_FILES or total + st.st_size > COLLECT_MAX_TOTAL_BYTES:
+                    return out
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                with os.fdopen(fd, "rb") as fh:
+                    data = fh.read(COLLECT_MAX_FILE_BYTES + 1)
+                text = data.decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if len(data) > COLLECT_MAX_FILE_BYTES:
+                continue
+            total += len(data)
+            out[os.path.relpath(path, root).replace(os.sep, "/")] = text
+    return out
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -607,18 +607,49 @@ _BLOCKED_EVENTS = ("socket.", "os.system", "os.exec", "os.posix_spawn", "os.spaw
                    "os.kill", "os.remove", "os.unlink", "os.rmdir", "os.rename", "os.truncate",
                    "os.chmod", "os.chown", "shutil.", "ctypes.", "urllib.", "http.", "ftplib.",
                    "smtplib.", "webbrowser.", "pty.")  # fmt: skip
+_SANDBOX_PATH_EVENTS = ("os.remove", "os.rmdir", "os.chmod", "shutil.rmtree")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
 def install_sandbox() -> None:
     """Refuse network, processes (other than this module's hashing child), deleting and
-    writing files from here on (an audit hook cannot be removed once added)."""
+    writing files from here on (an audit hook cannot be removed once added).
+
+    One exception, kept narrow: environments that grade code (the SWE environments) run it
+    through :class:`trace_gym.sandbox.Sandbox`, which needs its own temporary task
+    directories and its launcher process. So writes, deletes and ``chmod`` inside a
+    ``trace-sbx-*`` directory of the temporary folder, starting exactly the sandbox's
+    launcher (strict policy) with such a directory as its working directory, and killing a
+    process group the sandbox started and is still running are allowed."""
+    from trace_gym import sandbox as sbx
+
     allowed_child = [sys.executable, "-m", "trace_gym.validate", "--hashes"]
+    sbx_prefix = os.path.join(os.path.realpath(tempfile.gettempdir()), "trace-sbx-")
+    launcher = [sys.executable, "-I", "-S", "-B", "-c", sbx.LAUNCHER]
+    bwrap = sbx.bwrap_path()
+
+    def in_sandbox_dir(path: Any, dir_fd: Any = None) -> bool:
+        if isinstance(path, int):  # a file descriptor: not a path of ours to judge
+            return False
+        try:
+            name = os.fsdecode(path)
+            if dir_fd not in (None, -1) and not os.path.isabs(name):  # rmtree walks by fd
+                name = os.path.join(os.readlink(f"/proc/self/fd/{int(dir_fd)}"), name)
+            return os.path.realpath(name).startswith(sbx_prefix)
+        except (TypeError, ValueError, OSError):
+            return False
+
+    def sandbox_launch(argv: list[str], cwd: Any) -> bool:
+        start = 0 if argv[:1] == launcher[:1] else argv.index("--") + 1 if "--" in argv else -1
+        if start < 0 or (start and argv[0] != bwrap):
+            return False
+        py = argv[start:]
+        return py[:6] == launcher and py[7:8] == ["1"] and in_sandbox_dir(cwd)
 
     def hook(event: str, args: tuple) -> None:
         if event == "subprocess.Popen":
             argv = [str(a) for a in (args[1] or [])]
-            if argv[:4] != allowed_child:
+            if argv[:4] != allowed_child and not sandbox_launch(argv, args[2]):
                 raise PermissionError(f"validate sandbox: starting {argv[:3]} is not allowed")
         elif event == "open":
             mode, flags = args[1], args[2] if len(args) > 2 else 0
@@ -627,8 +658,12 @@ def install_sandbox() -> None:
                 if isinstance(mode, str)
                 else bool((flags or 0) & _WRITE_FLAGS)
             )
-            if writes and str(args[0]) not in ("/dev/null",):
+            if writes and str(args[0]) not in ("/dev/null",) and not in_sandbox_dir(args[0]):
                 raise PermissionError(f"validate sandbox: writing {args[0]!r} is not allowed")
+        elif event in _SANDBOX_PATH_EVENTS and args and in_sandbox_dir(args[0], args[-1]):
+            return
+        elif event == "os.killpg" and args and args[0] in sbx.LIVE_GROUPS:
+            return
         elif event.startswith(_BLOCKED_EVENTS):
             raise PermissionError(f"validate sandbox: {event} is not allowed")
 

@@ -74,3 +74,70 @@ def test_editing_a_test_file_is_gated_and_unsubmitted_work_scores_zero():
         _, reward, term, trunc, info = env.step("I think it is fixed.")
         done = term or trunc
     assert reward == 0.0 and not info["verification"]["decided"]
+
+
+def _files_table(env):
+    return env.unwrapped.episode.world.tables["files"]
+
+
+def _put(env, path, text):
+    _files_table(env)[path] = {"path": path, "text": text}
+
+
+def test_created_and_deleted_files_are_graded():
+    """A shell-driven agent (mini-swe-agent) creates and deletes files, which the tools
+    cannot: the verifier judges them instead of failing on a missing key."""
+    env = gym.make(ENV_ID)
+    env.reset(seed=0, options={"difficulty": 0.0})
+    task = env.unwrapped.task
+    t = task.problems[0]
+    path = f"{t.module}.py"
+    fixed = t.source
+    for _, search, replace in t.oracle_edits:
+        fixed = fixed.replace(search, replace, 1)
+
+    # the oracle fix plus a new reproduction script named like a test: still a full pass
+    _put(env, path, fixed)
+    _put(env, "test_repro.py", f"import {t.module}\n\ndef test_repro():\n    assert True\n")
+    _put(env, "notes.txt", "investigated\n")
+    _, reward, term, _, info = env.step({"name": "submit", "arguments": {}})
+    assert term and reward == 1.0 and info["is_success"]
+
+    # the fix moved into a new helper module that the patched module imports: still passes
+    env.reset(seed=0, options={"difficulty": 0.0})
+    helper = f"_fix_{t.module}.py"
+    _put(env, helper, "FIXED = True\n")
+    _put(env, path, fixed + f"\nimport _fix_{t.module}\nassert _fix_{t.module}.FIXED\n")
+    _, reward, _, _, info = env.step({"name": "submit", "arguments": {}})
+    assert reward == 1.0 and info["is_success"]
+    del _files_table(env)[helper]  # without it the module cannot import: a failure
+    assert not env.unwrapped.verification().passed
+
+    # a new module that reaches into the harness trips the tampering gate
+    env.reset(seed=0, options={"difficulty": 0.0})
+    _put(env, helper, "import sys\nsys.modules.clear()\n")
+    _put(env, path, fixed)
+    _, reward, _, _, info = env.step({"name": "submit", "arguments": {}})
+    gates = {c["name"]: c for c in info["verification"]["checks"] if c.get("gate")}
+    assert reward == 0.0 and gates[f"no_harness_tampering:{t.module}"]["score"] == 0.0
+
+    # the defective module deleted: its target fails and the deletion gate trips
+    env.reset(seed=0, options={"difficulty": 0.0})
+    del _files_table(env)[path]
+    _, reward, term, _, info = env.step({"name": "submit", "arguments": {}})
+    checks = {c["name"]: c for c in info["verification"]["checks"]}
+    assert term and reward == 0.0 and not info["is_success"]
+    assert checks[f"target:{t.module}"]["score"] == 0.0
+    assert checks[f"no_code_deleted:{t.module}"]["score"] == 0.0
+
+    # a visible test file deleted (or emptied) trips the test-edit gate
+    for change in ("delete", "empty"):
+        env.reset(seed=0, options={"difficulty": 0.0})
+        _put(env, path, fixed)
+        if change == "delete":
+            del _files_table(env)[f"test_{t.module}.py"]
+        else:
+            _put(env, f"test_{t.module}.py", "")
+        _, reward, _, _, info = env.step({"name": "submit", "arguments": {}})
+        checks = {c["name"]: c for c in info["verification"]["checks"]}
+        assert reward == 0.0 and checks["no_test_edit"]["actual"] == [f"test_{t.module}.py"]

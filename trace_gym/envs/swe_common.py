@@ -339,15 +339,22 @@ _RUN_CACHE_SIZE = 128
 SANDBOX_LIMITS = Limits(cpu_seconds=10, wall_seconds=20.0, memory_bytes=1 << 30)
 
 
-def run_suite(task: SweTask, module_source: str, sandbox: Sandbox) -> RunResult:
+def run_suite(
+    task: SweTask, module_source: str, sandbox: Sandbox, extra: dict[str, str] | None = None
+) -> RunResult:
     """Run every test file on ``module_source`` in the sandbox (memoised: verifying the same
-    patch twice runs it once, which keeps verification pure and cheap)."""
+    patch twice runs it once, which keeps verification pure and cheap).
+
+    ``extra`` holds other files of the repository the module may now import (a fix that
+    moves code into a new module); the suite's own files take precedence over them."""
+    extra = dict(sorted((extra or {}).items()))
     key = sha256_hex([task.module, module_source, task.visible_tests, task.hidden_tests,
-                      task.target_test, sandbox.isolation])  # fmt: skip
+                      task.target_test, sandbox.isolation, extra])  # fmt: skip
     if key in _RUN_CACHE:
         _RUN_CACHE.move_to_end(key)
         return _RUN_CACHE[key]
     files = {
+        **extra,
         f"{task.module}.py": module_source,
         "test_visible.py": task.visible_tests,
         "test_target.py": task.target_test,

@@ -263,6 +263,10 @@ TOOLS = ToolSet([
 
 
 # -- verifier ---------------------------------------------------------------------------------
+def _is_test(path: str) -> bool:
+    return path.rsplit("/", 1)[-1].startswith("test_")
+
+
 def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
     """FAIL_TO_PASS and PASS_TO_PASS per module on the final repository, plus gates.
 
@@ -274,7 +278,18 @@ def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
         return Verification((check,), tuple(task.capabilities), decided=False), []
     files = _files(ep.world)
     original = task.files
-    edited_tests = sorted(p for p in files if p.startswith("test_") and files[p] != original[p])
+    # A test file edited or deleted trips the gate; new files (a reproduction script, even
+    # one named test_*.py) do not: the checks run the task's own copies of the tests.
+    edited_tests = sorted(
+        p for p in original if p.startswith("test_") and files.get(p) != original[p]
+    )
+    # New Python modules travel with every suite run, so a fix may import a helper it adds.
+    created = {
+        p: t
+        for p, t in files.items()
+        if p not in original and p.endswith(".py") and not _is_test(p) and p != RUNNER_FILE
+    }
+    created_tampering = sorted({m for t in created.values() for m in TAMPERING.findall(t)})
     checks: list[Check] = []
     runs, kept, before = [], 0, 0
     any_target = False
@@ -283,8 +298,8 @@ def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
     share = TARGET_TOTAL / len(task.problems)
     for t, cap in zip(task.problems, task.capabilities, strict=True):
         path = f"{t.module}.py"
-        source = files[path]
-        run = run_suite(t, source, sandbox)
+        source = files.get(path, "")  # a deleted module fails its tests and the deletion gate
+        run = run_suite(t, source, sandbox, created)
         runs.append(run)
         report = run.report if isinstance(run.report, dict) else {}
         ok = {k for k, v in report.items() if isinstance(v, list) and v and v[0] == "passed"}
@@ -298,7 +313,10 @@ def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
         removed = t.source.count("\n") - source.count("\n")
         deleted = lost + ([f"{removed} lines"] if removed > t.oracle_removed_lines
                           + EXTRA_DELETED_LINES else [])  # fmt: skip
-        tampering = sorted(set(TAMPERING.findall(source)) - set(TAMPERING.findall(t.source)))
+        tampering = sorted(
+            set(TAMPERING.findall(source)) - set(TAMPERING.findall(t.source))
+            | set(created_tampering)
+        )
         special = target and len(hidden_ok) < len(t.hidden_fail_to_pass)
         m = t.module
         checks += [
@@ -316,10 +334,10 @@ def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
         path = f"{t.module}.py"
         visible = [p for p in t.passing_before if p.startswith("test_visible::")]
         before += len(visible)
-        if files[path] == original[path]:
+        if files.get(path) == original[path] and not created:
             kept += len(visible)
             continue
-        run = run_suite(t, files[path], sandbox)
+        run = run_suite(t, files.get(path, ""), sandbox, created)
         runs.append(run)
         report = run.report if isinstance(run.report, dict) else {}
         kept += sum(report.get(p, [""])[0] == "passed" for p in visible)
