@@ -1,7 +1,10 @@
 """mini-swe-agent (`*.traj.json`) and SWE-agent (`*.traj`) trajectories.
 
-Neither file says whether the patch resolved the issue: the outcome is joined from a
-SWE-bench harness report (`{"resolved_ids": [...], "unresolved_ids": [...],
+A mini-swe-agent run of a trace_gym repository environment (`trace_gym.integrations.
+mini_swe_agent`) carries its verdict in `info.trace_gym`: the verifier's reward, pass/fail
+and the capabilities its failed checks exercise, which become the outcome and the ground
+truth (a harness `infra_error` excludes it). Otherwise the file does not say whether the
+patch resolved the issue: the outcome is joined from a SWE-bench harness report (`{"resolved_ids": [...], "unresolved_ids": [...],
 "empty_patch_ids": [...], "error_ids": [...]}`) passed as `swebench_report`. `error_ids`
 are excluded (harness error); an instance missing from the report, or no report at all,
 leaves the outcome unknown, which also keeps it out of the statistics.
@@ -14,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IngestError
-from ..schema import Outcome, Step, TaskContext, ToolCall, Trajectory
+from ..schema import GroundTruth, Outcome, Step, TaskContext, ToolCall, Trajectory
 from .common import content_text, load_json, parse_arguments
 
 MINI_FORMAT = "mini_swe_agent"
@@ -219,6 +222,11 @@ def _swe_trajectory(
     iid: str, path: Path, fmt: str, steps: list[Step], report: SweReport, info: dict[str, Any]
 ) -> Trajectory:
     stats = info.get("model_stats") or {}
+    outcome, truth, domain = report.outcome(iid), None, None
+    verdict = _trace_gym_verdict(info.get("trace_gym"))
+    if verdict is not None:
+        outcome, truth, domain = verdict
+    tools = sorted({c.name for s in steps for c in s.tool_calls}) or ["bash"]
     return Trajectory(
         traj_id=iid,
         task_id=iid,
@@ -227,10 +235,36 @@ def _swe_trajectory(
         agent=((info.get("config") or {}).get("model") or {}).get("model_name")
         if isinstance(info.get("config"), dict)
         else None,
-        outcome=report.outcome(iid),
+        outcome=outcome,
         task=TaskContext(
-            instruction=next((s.message for s in steps if s.source == "user"), None), tools=["bash"]
+            instruction=next((s.message for s in steps if s.source == "user"), None),
+            tools=tools,
+            domain=domain,
         ),
         steps=steps,
+        ground_truth=truth,
         metrics={"exit_status": info.get("exit_status"), "cost_usd": stats.get("instance_cost")},
     )
+
+
+def _trace_gym_verdict(data: Any) -> tuple[Outcome, GroundTruth, str | None] | None:
+    """Outcome and ground truth from `info.trace_gym` (our verifier's), or None without one."""
+    if not isinstance(data, dict) or not isinstance(data.get("verification"), dict):
+        return None
+    verification = data["verification"]
+    truth = GroundTruth(
+        required=list(verification.get("required_capabilities") or []),
+        lacking=list(verification.get("lacking_capabilities") or []),
+    )
+    env_id = data.get("env_id") if isinstance(data.get("env_id"), str) else None
+    if data.get("infra_error"):
+        reason = f"trace_gym harness error: {data['infra_error']}"
+        return Outcome(status="excluded", exclusion_reason=reason), truth, env_id
+    ok = bool(data.get("is_success"))
+    reward = data.get("final_reward")
+    outcome = Outcome(
+        reward=float(reward) if isinstance(reward, (int, float)) else None,
+        success=ok,
+        status="success" if ok else "failure",
+    )
+    return outcome, truth, env_id
