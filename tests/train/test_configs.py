@@ -9,7 +9,13 @@ from trace_train.config import GRPORunConfig, WarmstartConfig, load_config
 from trace_train.pipeline import PipelineConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trace_train" / "configs"
-PIPELINES = ["demo_cpu.yaml", "gpu_qwen3.yaml", "tau2_diagnose.yaml"]
+PIPELINES = [
+    "demo_cpu.yaml",
+    "gpu_qwen3.yaml",
+    "tau2_diagnose.yaml",
+    "swe_cpu.yaml",
+    "swe_gpu.yaml",
+]
 
 
 @pytest.mark.parametrize("name", PIPELINES)
