@@ -110,3 +110,44 @@ def test_knob_bounds_are_checked_in_one_place():
         Cfg(kinds=("c",))
     with pytest.raises(ConfigError, match="unknown"):
         Cfg.from_difficulty(0.3, {"nope": 1})
+
+
+def test_validate_sandbox_lets_the_code_sandbox_run_and_nothing_else(tmp_path):
+    """The validate child forbids writes and processes; the SWE environments' code sandbox
+    still needs its own temporary task directories and launcher, and only those."""
+    import subprocess
+    import sys
+
+    code = textwrap.dedent(
+        f"""
+        import os, subprocess, sys, tempfile
+        from trace_gym.validate import install_sandbox
+        from trace_gym.sandbox import Limits, Sandbox
+        made, mkdtemp = [], tempfile.mkdtemp
+        tempfile.mkdtemp = lambda **kw: made.append(mkdtemp(**kw)) or made[-1]
+        install_sandbox()
+        run = Sandbox().run({{"m.py": "open('out.txt', 'w').write('x'); print('ran')"}}, "m.py")
+        assert run.status == "ok" and "ran" in run.stdout, run
+        loop = Sandbox(Limits(cpu_seconds=5, wall_seconds=1.0), isolation="rlimits")
+        loop = loop.run({{"m.py": "while True: pass"}}, "m.py")
+        assert loop.status in ("timeout", "cpu_limit"), loop  # its process group was killed
+        assert len(made) == 2 and not any(os.path.exists(d) for d in made)  # and cleaned up
+        for attempt in (
+            lambda: open({str(tmp_path / "x.txt")!r}, "w"),
+            lambda: subprocess.run(["/bin/true"]),
+            lambda: subprocess.run([sys.executable, "-I", "-c", "print(1)"]),
+            lambda: os.remove({str(tmp_path / "keep.txt")!r}),
+        ):
+            try:
+                attempt()
+            except PermissionError as exc:
+                assert "validate sandbox" in str(exc)
+            else:
+                raise AssertionError("allowed")
+        print("OK")
+        """
+    )
+    (tmp_path / "keep.txt").write_text("keep")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip().endswith("OK"), out.stderr[-2000:]
+    assert (tmp_path / "keep.txt").exists() and not (tmp_path / "x.txt").exists()
