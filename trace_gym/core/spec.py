@@ -31,6 +31,13 @@ field               what it is
 ``requested_call``  optional ``(task) -> {"name", "arguments"} | None``: the write the
                     customer asks for, with arguments exactly as the customer states them
 ``information_free_exempt``  policy name -> why that information-free policy does not apply
+``knob_rates``      :class:`~trace_gym.soundness.KnobRate` values: how often a difficulty knob
+                    shows in the task features, checked over 1,000 seeds
+``template_floor``  distinct opening templates per 1,000 seeds the generator must reach
+``generate_into``   optional ``(world, rng, config) -> task``: adds the task's records to a
+                    shared world (the task's ``owned`` lists them); with ``verify_scoped``
+                    (``(task, episode) -> Verification`` over the calls and diffs touching
+                    ``owned`` only) the spec can be a member of a composite
 ==================  =============================================================================
 
 ``SPEC(**kwargs)`` builds the environment (so ``"module:SPEC"`` is a gymnasium entry point),
@@ -150,6 +157,16 @@ class CapabilitySpec:
     listed_rules: Callable[[Any], list[str]] | None = None
     requested_call: Callable[[Any], dict[str, Any] | None] | None = None
     information_free_exempt: Mapping[str, str] = field(default_factory=dict)
+    knob_rates: tuple[Any, ...] = ()
+    template_floor: int | None = None
+    generate_into: Callable[[World, StableRNG, Any], Any] | None = None
+    verify_scoped: Callable[[Any, EpisodeState], Verification] | None = None
+    initial_world_from_task: bool = False
+    """True when the verifier only reads ``episode.initial_world`` (it is then a view of
+    ``task.world``, not a second copy); needs the default ``world`` hook."""
+    env_name: str = ""
+    """The engine class's name (default: the capability in CamelCase + ``Env``); a module
+    that binds ``XxxEnv = SPEC.env_class`` names it ``XxxEnv`` so instances pickle."""
     env_class: type[SpecEnv] = field(init=False, repr=False, compare=False)
 
     metadata: ClassVar[dict[str, Any]] = TraceEnv.metadata
@@ -168,6 +185,10 @@ class CapabilitySpec:
                 raise ConfigError(f"{self.id}: {name} must be callable")
         if int(self.max_turns) < 2:
             raise ConfigError(f"{self.id}: max_turns must be >= 2, got {self.max_turns!r}")
+        if (self.generate_into is None) != (self.verify_scoped is None):
+            raise ConfigError(f"{self.id}: generate_into and verify_scoped go together")
+        if self.initial_world_from_task and self.world is not task_world:
+            raise ConfigError(f"{self.id}: initial_world_from_task needs the default world hook")
         toolset = ToolSet(resolve_tools(self.tools))
         if not len(toolset):
             raise ConfigError(f"{self.id}: a spec needs at least one tool")
@@ -176,6 +197,36 @@ class CapabilitySpec:
     def __call__(self, **kwargs: Any) -> SpecEnv:
         """The environment (gymnasium calls this through the entry point ``module:SPEC``)."""
         return self.env_class(**kwargs)
+
+    @property
+    def short(self) -> str:
+        """The id's name in snake_case (``trace/tool-call-v0`` -> ``tool_call``): the module
+        name, the deficit profiles' short key and the composite's check prefix."""
+        return self.id.split("/", 1)[1].rsplit("-v", 1)[0].replace("-", "_")
+
+    @property
+    def composable(self) -> bool:
+        """Whether a composite can use the spec (it has ``generate_into``)."""
+        return self.generate_into is not None
+
+    def now(self, task: Any) -> str:
+        """The task's current time (without copying the world when it is ``task.world``)."""
+        if self.world is task_world:
+            return str(task.world["now"])
+        return self.world(task).now
+
+    def system_prompt(self, task: Any) -> str:
+        """The preamble, the current time and the instructions: the whole system prompt."""
+        return agent_prompt(self.preamble, self.now(task), self.instructions(task))
+
+
+def agent_prompt(preamble: str, now: str, body: str) -> str:
+    """A system prompt: ``preamble`` (said once), the current time, then ``body``.
+
+    Every customer-service prompt is assembled here, the composite's too (one preamble for
+    all its requests)."""
+    head = f"{preamble} The current time is {now}." if preamble else ""
+    return f"{head}\n\n{body}".strip()
 
 
 def resolve_tools(tools: tuple[str | Tool, ...]) -> list[Tool]:
@@ -204,7 +255,7 @@ class SpecEnv(TraceEnv):
     @classmethod
     def for_spec(cls, spec: CapabilitySpec, tools: ToolSet, version: int) -> type[SpecEnv]:
         """A subclass bound to ``spec`` (class attributes are what TRL and the suite read)."""
-        name = "".join(p.title() for p in spec.capability.split("_")) + "Env"
+        name = spec.env_name or "".join(p.title() for p in spec.capability.split("_")) + "Env"
         attrs = {
             "capability_spec": spec,
             "env_id": spec.id,
@@ -213,6 +264,9 @@ class SpecEnv(TraceEnv):
             "tools": tools,
             "default_max_turns": int(spec.max_turns),
             "information_free_exempt": dict(spec.information_free_exempt),
+            "knob_rates": tuple(spec.knob_rates),
+            "template_floor": spec.template_floor,
+            "initial_world_from_task": bool(spec.initial_world_from_task),
             "__doc__": spec.description,
             "__module__": getattr(spec.generate, "__module__", __name__),
         }
@@ -237,10 +291,7 @@ class SpecEnv(TraceEnv):
         return self.capability_spec.user(task)
 
     def system_prompt(self, task: Any) -> str:
-        spec = self.capability_spec
-        now = spec.world(task).now
-        head = f"{spec.preamble} The current time is {now}." if spec.preamble else ""
-        return f"{head}\n\n{spec.instructions(task)}".strip()
+        return self.capability_spec.system_prompt(task)
 
     def hint(self, task: Any) -> str:
         return self.capability_spec.hint(task)
