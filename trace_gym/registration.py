@@ -73,7 +73,9 @@ def load_registry(path: str | Path | None = None) -> list[EnvEntry]:
         if row["id"] in seen:
             raise RegistryError(f"{path}: duplicate id {row['id']!r}")
         if ":" not in str(row["entry_point"]):
-            raise RegistryError(f"{path}: {row['id']}: entry_point must be 'module:SPEC' or 'module:Class'")
+            raise RegistryError(
+                f"{path}: {row['id']}: entry_point must be 'module:SPEC' or 'module:Class'"
+            )
         seen.add(row["id"])
         entries.append(
             EnvEntry(
