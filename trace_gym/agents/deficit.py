@@ -33,14 +33,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from trace_gym.agents.baselines import PlanAgent
 from trace_gym.core.env import TraceEnv
+from trace_gym.core.plans import (  # noqa: F401  (re-exported: lapses import them from here)
+    Segment,
+    as_turn,
+    call_kind,
+    map_calls,
+    turn_calls,
+)
 from trace_gym.core.seeding import StableRNG, derive_seed
-from trace_gym.core.tools import ToolSet
-from trace_gym.world.model import World
 
 SHORT_NAMES = {
     "precondition": "precondition_verification",
@@ -60,19 +64,13 @@ SHORT_NAMES = {
 """Short profile keys (the environment module names) -> capability names."""
 CAPABILITIES = tuple(SHORT_NAMES.values())
 SPEC_PREFIX = "deficit"
-
-
-@dataclass(frozen=True)
-class Segment:
-    """The oracle's turns for one capability's part of a task."""
-
-    capability: str
-    task: Any
-    """The capability environment's task (its ``world`` may be empty inside the composite)."""
-    world: World
-    """The initial world the task lives in."""
-    actions: list[Any]
-    tools: ToolSet
+__all__ = [
+    "Segment",
+    "as_turn",
+    "call_kind",
+    "map_calls",
+    "turn_calls",
+]  # plan helpers, re-exported
 
 
 Lapse = Callable[[Segment, StableRNG], list[Any]]
@@ -106,39 +104,6 @@ def short_name(capability: str) -> str:
         if full == capability:
             return short
     return capability
-
-
-# -- plan surgery -----------------------------------------------------------------------------
-def turn_calls(turn: Any) -> list[dict[str, Any]]:
-    """The tool calls of one oracle turn ([] for a message to the customer)."""
-    if isinstance(turn, dict):
-        return list(turn["tool_calls"]) if "tool_calls" in turn else [turn]
-    return []
-
-
-def as_turn(calls: list[dict[str, Any]]) -> Any:
-    """One assistant turn making ``calls`` (None when there are none)."""
-    if not calls:
-        return None
-    return calls[0] if len(calls) == 1 else {"tool_calls": calls}
-
-
-def map_calls(actions: list[Any], fn: Callable[[dict[str, Any]], dict[str, Any] | None]) -> list:
-    """Apply ``fn`` to every call (None drops it); turns left without calls disappear."""
-    out = []
-    for turn in actions:
-        if isinstance(turn, str):
-            out.append(turn)
-            continue
-        kept = [c for c in (fn(dict(call)) for call in turn_calls(turn)) if c is not None]
-        if kept:
-            out.append(as_turn(kept))
-    return out
-
-
-def call_kind(tools: ToolSet, name: str) -> str | None:
-    tool = tools.get(name)
-    return tool.kind if tool is not None else None
 
 
 @register_lapse("__generic__")

@@ -47,13 +47,17 @@ and ``trace-gym validate module:SPEC`` runs every gate on it.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState, TraceEnv
+from trace_gym.core.plans import Segment
+from trace_gym.core.prompts import AGENT_PREAMBLE, agent_prompt
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import Tool, ToolSet
 from trace_gym.core.user import ScriptedUser
@@ -61,8 +65,6 @@ from trace_gym.core.verify import Verification
 from trace_gym.errors import ConfigError
 from trace_gym.world.model import World
 
-AGENT_PREAMBLE = "You are a customer-service agent for Tracewell, an online shop and travel agency."
-"""The first sentence of every customer-service system prompt (said once, here)."""
 ID_PATTERN = re.compile(r"^[a-z0-9_.-]+/[a-z0-9_.-]+-v(\d+)$")
 CAPABILITY_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -161,6 +163,9 @@ class CapabilitySpec:
     template_floor: int | None = None
     generate_into: Callable[[World, StableRNG, Any], Any] | None = None
     verify_scoped: Callable[[Any, EpisodeState], Verification] | None = None
+    oracle_segments: Callable[[Any], list[Segment]] | None = None
+    """A composite's oracle, one :class:`~trace_gym.core.plans.Segment` per member request
+    (the deficit agent lapses per segment); None: the whole oracle is one segment."""
     initial_world_from_task: bool = False
     """True when the verifier only reads ``episode.initial_world`` (it is then a view of
     ``task.world``, not a second copy); needs the default ``world`` hook."""
@@ -198,6 +203,13 @@ class CapabilitySpec:
         """The environment (gymnasium calls this through the entry point ``module:SPEC``)."""
         return self.env_class(**kwargs)
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # A module's SPEC pickles by reference (a live environment's user may hold specs).
+        module = sys.modules.get(getattr(self.generate, "__module__", ""))
+        if module is not None and getattr(module, "SPEC", None) is self:
+            return _module_spec, (module.__name__,)
+        return super().__reduce_ex__(protocol)
+
     @property
     def short(self) -> str:
         """The id's name in snake_case (``trace/tool-call-v0`` -> ``tool_call``): the module
@@ -220,13 +232,8 @@ class CapabilitySpec:
         return agent_prompt(self.preamble, self.now(task), self.instructions(task))
 
 
-def agent_prompt(preamble: str, now: str, body: str) -> str:
-    """A system prompt: ``preamble`` (said once), the current time, then ``body``.
-
-    Every customer-service prompt is assembled here, the composite's too (one preamble for
-    all its requests)."""
-    head = f"{preamble} The current time is {now}." if preamble else ""
-    return f"{head}\n\n{body}".strip()
+def _module_spec(module: str) -> CapabilitySpec:
+    return importlib.import_module(module).SPEC
 
 
 def resolve_tools(tools: tuple[str | Tool, ...]) -> list[Tool]:
@@ -251,6 +258,8 @@ class SpecEnv(TraceEnv):
 
     capability_spec: ClassVar[CapabilitySpec]
     information_free_exempt: ClassVar[Mapping[str, str]] = {}
+    knob_rates: ClassVar[tuple[Any, ...]] = ()
+    template_floor: ClassVar[int | None] = None
 
     @classmethod
     def for_spec(cls, spec: CapabilitySpec, tools: ToolSet, version: int) -> type[SpecEnv]:
@@ -267,6 +276,7 @@ class SpecEnv(TraceEnv):
             "knob_rates": tuple(spec.knob_rates),
             "template_floor": spec.template_floor,
             "initial_world_from_task": bool(spec.initial_world_from_task),
+            **({"oracle_segments": _oracle_segments} if spec.oracle_segments else {}),
             "__doc__": spec.description,
             "__module__": getattr(spec.generate, "__module__", __name__),
         }
@@ -312,3 +322,8 @@ class SpecEnv(TraceEnv):
     def requested_call(self, task: Any) -> dict[str, Any] | None:
         fn = self.capability_spec.requested_call
         return fn(task) if fn is not None else None
+
+
+def _oracle_segments(self: SpecEnv, task: Any) -> list[Segment]:
+    """Per-member parts of a composite's oracle (the engine method of ``oracle_segments``)."""
+    return list(self.capability_spec.oracle_segments(task))  # type: ignore[misc]
