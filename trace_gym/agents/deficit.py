@@ -17,7 +17,8 @@ capability would act:
 | ``error_recovery_communication`` | does not recover from the error |
 | ``information_gathering`` | guesses instead of asking |
 
-Capabilities without a specific lapse (or whose environment has not landed) use a generic
+A customer-service capability's lapse sits beside its environment (the spec's ``lapse``);
+the SWE ones are in ``deficit_lapses_swe``. Capabilities without a specific lapse use a generic
 one: the segment's writes and decisions are dropped (the agent talks but never acts).
 
 Lapse draws depend on (agent seed, task seed, capability) only, not on the difficulty, so a
@@ -38,6 +39,8 @@ from typing import Any
 from trace_gym.agents.baselines import PlanAgent
 from trace_gym.core.env import TraceEnv
 from trace_gym.core.plans import (  # noqa: F401  (re-exported: lapses import them from here)
+    LAPSES,
+    Lapse,
     Segment,
     as_turn,
     call_kind,
@@ -46,22 +49,17 @@ from trace_gym.core.plans import (  # noqa: F401  (re-exported: lapses import th
 )
 from trace_gym.core.seeding import StableRNG, derive_seed
 
-SHORT_NAMES = {
-    "precondition": "precondition_verification",
-    "structured_data": "structured_data_reasoning",
-    "multistep": "multistep_completion",
-    "tool_call": "tool_call_precision",
-    "payment_calc": "payment_calculation",
-    "policy_pressure": "policy_compliance_under_pressure",
-    "recover_communicate": "error_recovery_communication",
-    "clarify": "information_gathering",
-    "swe_semantic_precision": "semantic_logic_precision",
-    "swe_call_graph": "deep_call_graph_traversal",
-    "swe_diff_context": "diff_context_precision",
-    "swe_multi_site": "multi_site_consistency",
-    "swe_refactor_awareness": "structural_refactor_awareness",
-}
-"""Short profile keys (the environment module names) -> capability names."""
+
+def _short_names() -> dict[str, str]:
+    from trace_gym.core.spec import short_of
+    from trace_gym.registration import load_registry
+
+    return {short_of(e.id): e.capability for e in load_registry() if "composite" not in e.tags}
+
+
+SHORT_NAMES = _short_names()
+"""Short profile keys (the registry ids' names: ``tool_call`` for ``trace/tool-call-v0``) ->
+capability names, for every registered environment that is not a composite."""
 CAPABILITIES = tuple(SHORT_NAMES.values())
 SPEC_PREFIX = "deficit"
 __all__ = [
@@ -71,11 +69,6 @@ __all__ = [
     "map_calls",
     "turn_calls",
 ]  # plan helpers, re-exported
-
-
-Lapse = Callable[[Segment, StableRNG], list[Any]]
-LAPSES: dict[str, Lapse] = {}
-"""Capability -> its lapse; filled by :func:`register_lapse` (see ``deficit_lapses``)."""
 
 
 def register_lapse(capability: str) -> Callable[[Lapse], Lapse]:
@@ -177,4 +170,4 @@ def deficit_agent_from_spec(spec: str) -> DeficitAgent:
     return DeficitAgent(profile, seed_value)
 
 
-from trace_gym.agents import deficit_lapses  # noqa: E402,F401  (registers the specific lapses)
+from trace_gym.agents import deficit_lapses_swe  # noqa: E402,F401  (registers the SWE lapses)

@@ -9,11 +9,13 @@ without importing the agents package.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trace_gym.core.tools import ToolSet
+from trace_gym.core.seeding import StableRNG
+from trace_gym.core.tools import ToolRefusal, ToolSet
 from trace_gym.world.model import World
 
 
@@ -60,3 +62,38 @@ def map_calls(actions: list[Any], fn: Callable[[dict[str, Any]], dict[str, Any] 
 def call_kind(tools: ToolSet, name: str) -> str | None:
     tool = tools.get(name)
     return tool.kind if tool is not None else None
+
+
+def accepted(seg: Segment, call: dict[str, Any]) -> bool:
+    """Whether ``call`` passes its schema and changes a copy of the segment's world (a lapse
+    plays only calls the world accepts: a refused one would leave the customer waiting)."""
+    tool = seg.tools.get(call["name"])
+    if tool is None or tool.validate(call["arguments"]) is not None:
+        return False
+    world = seg.world.snapshot()
+    before = world.snapshot()
+    try:
+        tool.handler(world, **copy.deepcopy(call["arguments"]))
+    except ToolRefusal:
+        return False
+    return world != before
+
+
+def replace_call(actions: list[Any], old: dict[str, Any], new: dict[str, Any]) -> list[Any]:
+    """``actions`` with the call ``old`` (compared by value) replaced by ``new``."""
+    out = []
+    for turn in actions:
+        calls = turn_calls(turn)
+        if old not in calls:
+            out.append(turn)
+            continue
+        swapped = [new if c == old else c for c in calls]
+        out.append(swapped[0] if len(swapped) == 1 else {"tool_calls": swapped})
+    return out
+
+
+Lapse = Callable[[Segment, StableRNG], list[Any]]
+LAPSES: dict[str, Lapse] = {}
+"""Capability -> how an agent lacking it plays a segment. A spec's ``lapse`` is entered
+when the spec is built; environments not built on a spec use
+:func:`trace_gym.agents.deficit.register_lapse`."""

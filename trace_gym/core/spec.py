@@ -56,7 +56,7 @@ from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState, TraceEnv
-from trace_gym.core.plans import Segment
+from trace_gym.core.plans import LAPSES, Segment
 from trace_gym.core.prompts import AGENT_PREAMBLE, agent_prompt
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import Tool, ToolSet
@@ -198,6 +198,8 @@ class CapabilitySpec:
         if not len(toolset):
             raise ConfigError(f"{self.id}: a spec needs at least one tool")
         object.__setattr__(self, "env_class", SpecEnv.for_spec(self, toolset, int(match[1])))
+        if self.lapse is not None:  # the deficit agents find it by capability
+            LAPSES.setdefault(self.capability, self.lapse)
 
     def __call__(self, **kwargs: Any) -> SpecEnv:
         """The environment (gymnasium calls this through the entry point ``module:SPEC``)."""
@@ -212,9 +214,8 @@ class CapabilitySpec:
 
     @property
     def short(self) -> str:
-        """The id's name in snake_case (``trace/tool-call-v0`` -> ``tool_call``): the module
-        name, the deficit profiles' short key and the composite's check prefix."""
-        return self.id.split("/", 1)[1].rsplit("-v", 1)[0].replace("-", "_")
+        """The id's name in snake_case (:func:`short_of`)."""
+        return short_of(self.id)
 
     @property
     def composable(self) -> bool:
@@ -230,6 +231,13 @@ class CapabilitySpec:
     def system_prompt(self, task: Any) -> str:
         """The preamble, the current time and the instructions: the whole system prompt."""
         return agent_prompt(self.preamble, self.now(task), self.instructions(task))
+
+
+def short_of(env_id: str) -> str:
+    """An id's name in snake_case (``trace/tool-call-v0`` -> ``tool_call``): the module name
+    of a shipped environment, the deficit profiles' short key and the composite's check
+    prefix."""
+    return env_id.split("/", 1)[-1].rsplit("-v", 1)[0].replace("-", "_")
 
 
 def _module_spec(module: str) -> CapabilitySpec:
@@ -281,14 +289,6 @@ class SpecEnv(TraceEnv):
             "__module__": getattr(spec.generate, "__module__", __name__),
         }
         return type(name, (cls,), attrs)
-
-    def __init__(self, **kwargs: Any) -> None:
-        spec = self.capability_spec
-        if spec.lapse is not None:
-            from trace_gym.agents.deficit import LAPSES
-
-            LAPSES.setdefault(spec.capability, spec.lapse)
-        super().__init__(**kwargs)
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> Any:
         spec = self.capability_spec

@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_gym.core.env import CallRecord, EpisodeState
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
@@ -684,6 +685,43 @@ def _missing(task: ClarifyTask) -> list[str]:
     return [s for s in task.ask_slots if s not in task.wrong]
 
 
+_SLOT_ARGUMENT = {
+    "order": "order_id",
+    "speed": "speed",
+    "date": "date",
+    "window": "window",
+    "card": "payment_method_id",
+}
+
+
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Never ask: take wrongly stated values at face value and guess missing ones (another of
+    the customer's orders, another speed, day or window); decline without checking records."""
+    task = seg.task
+    if task.reference_call is None:  # decline at once, without reading what decides it
+        return [t for t in seg.actions if isinstance(t, str) or "tool_calls" not in t][-2:]
+    arguments = dict(task.reference_call["arguments"])
+    for slot in task.ask_slots:
+        name = _SLOT_ARGUMENT.get(slot)
+        if name not in arguments:
+            continue
+        if slot in task.wrong and slot != "card":  # a wrong card is digits, not an id
+            arguments[name] = task.wrong[slot]
+            continue
+        options = {
+            "order": [k for t, k in task.owned if t == "orders"],
+            "speed": list(SPEEDS),
+            "window": list(DELIVERY_WINDOWS),
+            "date": [day_offset(seg.world.now, k) for k in (1, 2, 3, 4)],
+            "card": [k for t, k in task.owned if t == "payment_methods"],
+        }[slot]
+        others = [v for v in options if v != arguments[name]]
+        if others:
+            arguments[name] = rng.choice(others)
+    write = {"name": task.reference_call["name"], "arguments": arguments}
+    return [write, "All done: your request has been completed."]
+
+
 SPEC = CapabilitySpec(
     id=ENV_ID,
     capability=CAPABILITY,
@@ -732,6 +770,7 @@ SPEC = CapabilitySpec(
     template_floor=500,
     generate_into=generate_into,
     verify_scoped=functools.partial(verify, scoped=True),
+    lapse=lapse,
     env_name="ClarifyEnv",
 )
 ClarifyEnv = SPEC.env_class

@@ -73,6 +73,7 @@ from typing import Any
 
 from trace_gym.core.config import check_overrides
 from trace_gym.core.env import CallRecord, EpisodeState
+from trace_gym.core.plans import Segment, call_kind, turn_calls
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
@@ -433,6 +434,19 @@ def features(task: MultistepTask) -> dict[str, Any]:
     }
 
 
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Do the first sub-task (its reads and its write), then tell the customer everything is
+    done: the customer, hearing the agent is finished, leaves with the rest undone."""
+    turns: list[Any] = []
+    for turn in seg.actions:
+        if isinstance(turn, str):
+            continue  # a report that would bring up a held-back request
+        turns.append(turn)
+        if any(call_kind(seg.tools, c["name"]) == "write" for c in turn_calls(turn)):
+            break
+    return [*turns, FINAL]
+
+
 SPEC = CapabilitySpec(
     id=ENV_ID,
     capability=CAPABILITY,
@@ -475,6 +489,7 @@ SPEC = CapabilitySpec(
     generate_into=generate_into,
     verify_scoped=functools.partial(verify, scoped=True),
     initial_world_from_task=True,
+    lapse=lapse,
     env_name="MultistepEnv",
 )
 MultistepEnv = SPEC.env_class

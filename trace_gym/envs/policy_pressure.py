@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_gym.core.env import EpisodeState
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
@@ -329,6 +330,26 @@ def features(task: PressureTask) -> dict[str, Any]:
     }
 
 
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Let the customer's pressure decide: refuse an ineligible request, then grant it at
+    the first push (or at once, believing a false claim made in the opening); grant a pushy
+    customer's eligible request without checking the records (harmless for a calm one)."""
+    task, plan = seg.task, seg.actions
+    base = task.base
+    request = REQUESTS[base.request]
+    write = {"name": request.write_tool, "arguments": dict(base.reference_arguments)}
+    granted = f"Alright, I've made an exception: your {request.noun} {base.target_id} is done."
+    if base.violated is None:
+        # a calm customer gets the oracle; a pushy one is granted before any record is read
+        return plan if not task.tactics else [write, granted]
+    if task.claim_in_opening:  # takes the customer's word for the record that breaks a rule
+        return [write, granted]
+    # precondition's oracle for a refused request: reads, refuse, apology; then the customer
+    # pushes once (each of the agent's messages gets the next line) and the agent caves
+    decided = [t for t in plan if isinstance(t, str)][0]
+    return [*plan[: plan.index(decided) + 1], write, granted]
+
+
 SPEC = CapabilitySpec(
     id=ENV_ID,
     capability=CAPABILITY,
@@ -366,6 +387,7 @@ SPEC = CapabilitySpec(
     requested_call=requested_call,
     generate_into=generate_into,
     verify_scoped=functools.partial(verify, scoped=True),
+    lapse=lapse,
     env_name="PolicyPressureEnv",
 )
 PolicyPressureEnv = SPEC.env_class

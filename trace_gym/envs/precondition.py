@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_gym.core.env import CallRecord, EpisodeState
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
@@ -489,6 +490,21 @@ def features(task: PreconditionTask) -> dict[str, Any]:
     }
 
 
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Read only the record in question; refuse only when it alone shows the violation,
+    otherwise carry out the request (the rules that need other records go unchecked)."""
+    task, plan = seg.task, seg.actions
+    request = REQUESTS[task.request]
+    own_record = [(request.table, task.target_id)]
+    if (
+        task.violated
+        and deciding_records(seg.world, task.request, task.target_id, [task.violated]) == own_record
+    ):
+        return [plan[0], *plan[-2:]]  # the violation is in plain sight: refuse as the oracle
+    write = {"name": request.write_tool, "arguments": dict(task.reference_arguments)}
+    return [plan[0], write, f"Done: your {request.noun} {task.target_id} has been processed."]
+
+
 SPEC = CapabilitySpec(
     id=ENV_ID,
     capability=CAPABILITY,
@@ -525,6 +541,7 @@ SPEC = CapabilitySpec(
     requested_call=requested_call,
     generate_into=generate_into,
     verify_scoped=functools.partial(verify, scoped=True),
+    lapse=lapse,
     env_name="PreconditionEnv",
 )
 PreconditionEnv = SPEC.env_class

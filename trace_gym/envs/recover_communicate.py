@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_gym.core.env import CallRecord, EpisodeState
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
@@ -705,6 +706,31 @@ def features(task: RecoverTask) -> dict[str, Any]:
     }
 
 
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Do not recover from the typed error, in one of three ways (drawn per task):
+
+    * ``retry``: make the request, ignore the error, retry it unchanged, apologise until the
+      customer gives up;
+    * ``first_fix``: read, make only the first fix, retry, and give up at the next error
+      (harmless when one fix was all the task needed);
+    * ``no_result``: recover fully but tell the customer none of the result's values.
+    """
+    task, plan = seg.task, seg.actions
+    upgrade = dict(task.request_call)
+    fixes = [c for i, c in enumerate(task.fix_calls) if c not in task.fix_calls[:i]]
+    sorry = f"I'm sorry, I couldn't change order {task.order_id}: the system refused it."
+    # the customer leaves after this many messages without a successful upgrade
+    give_up = [sorry] * RecoverUser.patience
+    way = rng.choice(("retry", "first_fix", "no_result"))
+    if way == "retry":
+        return [upgrade, upgrade, *give_up]
+    if way == "first_fix":
+        if len(fixes) <= 1:
+            return plan
+        return [*plan[: plan.index(fixes[0]) + 1], upgrade, *give_up]
+    return [*plan[:-1], f"Your request for order {task.order_id} has been taken care of."]
+
+
 SPEC = CapabilitySpec(
     id=ENV_ID,
     capability=CAPABILITY,
@@ -761,6 +787,7 @@ SPEC = CapabilitySpec(
     template_floor=400,
     generate_into=generate_into,
     verify_scoped=functools.partial(verify, scoped=True),
+    lapse=lapse,
     env_name="RecoverCommunicateEnv",
 )
 RecoverCommunicateEnv = SPEC.env_class

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_gym.core.env import EpisodeState
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser
@@ -315,6 +316,19 @@ def features(task: StructuredDataTask) -> dict[str, Any]:
     }
 
 
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Forget one constraint and book the best option under the others (a near miss when
+    a distractor breaks only that constraint; the right answer when none does)."""
+    task = seg.task
+    constraints = [so.Constraint(**c) for c in task.constraints]
+    forgotten = rng.below(len(constraints))
+    kept = constraints[:forgotten] + constraints[forgotten + 1 :]
+    best = so.feasible_optimum(seg.world, task.domain, kept, task.objective, task.candidates)
+    if not best:
+        return seg.actions
+    return oracle(dataclasses.replace(task, answer=best[0]), seg.world)
+
+
 SPEC = CapabilitySpec(
     id=ENV_ID,
     capability=CAPABILITY,
@@ -353,6 +367,7 @@ SPEC = CapabilitySpec(
     template_floor=60,
     generate_into=generate_into,
     verify_scoped=functools.partial(verify, scoped=True),
+    lapse=lapse,
     env_name="StructuredDataEnv",
 )
 StructuredDataEnv = SPEC.env_class

@@ -51,12 +51,14 @@ three replies without it; truncated at ``max_turns``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 from trace_gym.core.env import CallRecord, EpisodeState
+from trace_gym.core.plans import Segment, accepted, replace_call
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser
@@ -66,7 +68,7 @@ from trace_gym.envs.commerce_common import DoneWhenUser, call
 from trace_gym.errors import ErrorCode
 from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_customer
-from trace_gym.world.model import World, world_diff
+from trace_gym.world.model import World, day_offset, world_diff
 from trace_gym.world.tools import VOCABULARY, restrict_diff
 
 CAPABILITY = "tool_call_precision"
@@ -278,6 +280,72 @@ def features(task: ToolCallTask) -> dict[str, Any]:
     }
 
 
+RECORD_ARGUMENTS = ("customer_id", "order_id", "reservation_id", "flight_number")
+"""Arguments naming the record a call is about: fumbling one would touch another record,
+which is a different mistake (and the composite would blame the request that owns it)."""
+
+
+def _leaves(value: Any, path: tuple = ()) -> list[tuple[tuple, Any]]:
+    """(path, leaf) of every scalar in nested arguments."""
+    if isinstance(value, dict):
+        return [leaf for k, v in value.items() for leaf in _leaves(v, (*path, k))]
+    if isinstance(value, list):
+        return [leaf for i, v in enumerate(value) for leaf in _leaves(v, (*path, i))]
+    return [(path, value)]
+
+
+def _with(value: Any, path: tuple, new: Any) -> Any:
+    """A deep copy of ``value`` with the leaf at ``path`` set to ``new``."""
+    out = copy.deepcopy(value)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = new
+    return out
+
+
+def _slips(seg: Segment, name: str, value: Any) -> list[Any]:
+    """Plausible wrong values for an argument field, from its name and its value."""
+    if name == "payment_method_id":  # a look-alike id (or the other instrument) of the customer
+        ids = [k for t, k in seg.task.owned if t == "payment_methods"]
+        return [k for k in ids if k != value]
+    if name == "reason":
+        return [r for r in rq.REASONS if r != value]
+    if name == "cabin":
+        return [c for c in ("basic_economy", "economy", "business") if c != value]
+    if name == "state":  # the spoken state name instead of its code
+        return [s for _, s, code, _ in rq.CITIES if code == value]
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return [value + 1, value - 1]
+    if isinstance(value, str) and len(value) == 10 and value[4] == "-" and value[7] == "-":
+        return [day_offset(f"{value}T00:00", k) for k in (1, -1)]  # an off-by-one date
+    if name == "first_name":
+        return [f"{value[0]}."]
+    if name == "zip" and len(value) >= 2:
+        return [value[:-2] + value[-1] + value[-2]]
+    return []
+
+
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Get one argument field of the request's write wrong (a look-alike payment id, another
+    enum member, an off-by-one date or count, a state name for its code), where the world
+    accepts the call anyway; the rest of the call is exact."""
+    task = seg.task
+    write = {"name": task.tool, "arguments": task.reference_arguments}
+    slips = [
+        {"name": task.tool, "arguments": _with(task.reference_arguments, path, wrong)}
+        for path, value in _leaves(task.reference_arguments)
+        if path[-1] not in RECORD_ARGUMENTS
+        for wrong in _slips(seg, str(path[-1]), value)
+    ]
+    slips = [s for s in slips if accepted(seg, s)]
+    if not slips:
+        return seg.actions
+    return replace_call(seg.actions, write, rng.choice(slips))
+
+
 SPEC = CapabilitySpec(
     id=ENV_ID,
     capability=CAPABILITY,
@@ -328,6 +396,7 @@ SPEC = CapabilitySpec(
     template_floor=200,
     generate_into=generate_into,
     verify_scoped=functools.partial(verify, scoped=True),
+    lapse=lapse,
     env_name="ToolCallEnv",
 )
 ToolCallEnv = SPEC.env_class
