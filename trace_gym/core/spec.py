@@ -31,6 +31,7 @@ field               what it is
 ``requested_call``  optional ``(task) -> {"name", "arguments"} | None``: the write the
                     customer asks for, with arguments exactly as the customer states them
 ``information_free_exempt``  policy name -> why that information-free policy does not apply
+``preamble``        the system prompt's first sentence (default: the shared Tracewell one)
 ``knob_rates``      :class:`~trace_gym.soundness.KnobRate` values: how often a difficulty knob
                     shows in the task features, checked over 1,000 seeds
 ``template_floor``  distinct opening templates per 1,000 seeds the generator must reach
@@ -38,6 +39,8 @@ field               what it is
                     shared world (the task's ``owned`` lists them); with ``verify_scoped``
                     (``(task, episode) -> Verification`` over the calls and diffs touching
                     ``owned`` only) the spec can be a member of a composite
+``oracle_segments`` optional ``(task) -> [Segment]``: a composite's oracle per member
+``env_name``        the engine class's name (a module aliasing ``XxxEnv = SPEC.env_class``)
 ==================  =============================================================================
 
 ``SPEC(**kwargs)`` builds the environment (so ``"module:SPEC"`` is a gymnasium entry point),
