@@ -48,7 +48,6 @@ final one), or after three replies without it; truncated at ``max_turns``.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 from dataclasses import dataclass, field
@@ -64,7 +63,7 @@ from trace_gym.envs import payment_rules as pr
 from trace_gym.envs.commerce_common import DoneWhenUser, amounts_in, call, split_of
 from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now
-from trace_gym.world.model import World, cents
+from trace_gym.world.model import World
 
 CAPABILITY = "payment_calculation"
 ENV_ID = "trace/payment-calc-v0"
@@ -269,48 +268,6 @@ def features(task: PaymentCalcTask) -> dict[str, Any]:
     }
 
 
-BOOKING_RULES = ("largest_certificate", "one_certificate", "smallest_gift_first", "skip_inactive")
-"""Steps of the booking policy's walk that a miscounting agent may get wrong."""
-
-
-def _booking_split(world: Any, target: dict[str, Any], forgotten: str) -> dict[str, int]:
-    """Cents per payment method by the policy's walk with one step done wrong (the total is
-    right: the booking tool refuses a split that does not add up to it)."""
-    flight = world.tables["flights"][target["flight_number"]]
-    fare = cents(flight["cabins"][target["cabin"]]["price"])
-    due = target["passengers"] * (fare + (cents(pr.INSURANCE_FEE) if target["insurance"] else 0))
-    customer = world.tables["customers"][target["customer_id"]]
-    pms = [world.tables["payment_methods"][k] for k in customer["payment_method_ids"]]
-    usable = [p for p in pms if p["status"] == "active" or forgotten == "skip_inactive"]
-    certs = sorted((p for p in usable if p["kind"] == "certificate"),
-                   key=lambda p: (cents(p["balance"]), p["payment_method_id"]))  # fmt: skip
-    certs = certs if forgotten == "largest_certificate" else certs[::-1]
-    gifts = sorted((p for p in usable if p["kind"] == "gift_card"),
-                   key=lambda p: (cents(p["balance"]), p["payment_method_id"]))  # fmt: skip
-    gifts = gifts[::-1] if forgotten == "smallest_gift_first" else gifts
-    out: dict[str, int] = {}
-    for pm in (certs if forgotten == "one_certificate" else certs[:1]) + gifts:
-        take = min(due, cents(pm["balance"]))
-        if take:
-            out[pm["payment_method_id"]] = take
-            due -= take
-    card = next(p for p in pms if p["kind"] == "credit_card")
-    if due:
-        out[card["payment_method_id"]] = due
-    return out
-
-
-def _refund_split(world: Any, target: dict[str, Any], fee_forgotten: str) -> dict[str, int]:
-    """Cents per payment method of a refund that forgets one opened item's restocking fee."""
-    order = world.tables["orders"][target["order_id"]]
-    forgiving = copy.deepcopy(order)
-    for item in forgiving["items"]:
-        item["opened"] = item["opened"] and item["item_id"] != fee_forgotten
-    view = world.snapshot()
-    view.tables["orders"][target["order_id"]] = forgiving
-    return pr.refund_split(view, target)
-
-
 def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
     """Get one step of the amounts wrong: forget one opened item's restocking fee (refunds),
     or one step of the booking policy's walk (which certificate, how many, the gift cards'
@@ -321,12 +278,12 @@ def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
     tool = WRITE_TOOL[task.kind]
     write = next(c for t in seg.actions for c in turn_calls(t) if c["name"] == tool)
     if task.kind == "book":
-        split = _booking_split(seg.world, task.target, rng.choice(BOOKING_RULES))
+        split = pr.booking_split(seg.world, task.target, rng.choice(pr.BOOKING_MISTAKES))
     else:
         order = seg.world.tables["orders"][task.target["order_id"]]
         opened = [i["item_id"] for i in order["items"]
                   if i["opened"] and i["item_id"] in task.target["item_ids"]]  # fmt: skip
-        split = _refund_split(seg.world, task.target, rng.choice(opened) if opened else "")
+        split = pr.refund_split(seg.world, task.target, rng.choice(opened) if opened else "")
     parts = [{"payment_method_id": k, "amount": v / 100} for k, v in split.items()]
     wrong = {"name": tool, "arguments": {**write["arguments"], field_name: parts}}
     if wrong == write or not accepted(seg, wrong):
