@@ -32,7 +32,7 @@ field               what it is
                     customer asks for, with arguments exactly as the customer states them
 ``information_free_exempt``  policy name -> why that information-free policy does not apply
 ``preamble``        the system prompt's first sentence (default: the shared Tracewell one)
-``knob_rates``      :class:`~trace_gym.soundness.KnobRate` values: how often a difficulty knob
+``knob_rates``      :class:`KnobRate` values: how often a difficulty knob
                     shows in the task features, checked over 1,000 seeds
 ``template_floor``  distinct opening templates per 1,000 seeds the generator must reach
 ``generate_into``   optional ``(world, rng, config) -> task``: adds the task's records to a
@@ -128,6 +128,36 @@ class SpecConfig:
         return apply_overrides(cls(**cls.knobs(difficulty)), dict(overrides), cls.__name__)
 
 
+@dataclass(frozen=True)
+class KnobRate:
+    """A documented rate of a difficulty knob.
+
+    ``feature`` names a key of ``info["difficulty_features"]``; a task counts when the value
+    is truthy (a positive number, a non-empty list, True), or equals ``equals`` when given.
+    At ``difficulty``, the fraction of tasks that count must be ``rate`` +- ``tolerance``.
+    """
+
+    feature: str
+    difficulty: float
+    rate: float
+    tolerance: float = 0.05
+    equals: Any = None
+
+    def counts(self, features: dict[str, Any]) -> bool:
+        if self.feature not in features:
+            raise AssertionError(
+                f"knob {self.feature!r} is not in difficulty_features {sorted(features)}"
+            )
+        value = features[self.feature]
+        if self.equals is not None:
+            return bool(value == self.equals)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int | float):
+            return value > 0
+        return bool(value)
+
+
 # -- the spec ----------------------------------------------------------------------------------
 def task_world(task: Any) -> World:
     """The default ``world`` hook: a fresh copy of ``task.world``."""
@@ -162,7 +192,7 @@ class CapabilitySpec:
     listed_rules: Callable[[Any], list[str]] | None = None
     requested_call: Callable[[Any], dict[str, Any] | None] | None = None
     information_free_exempt: Mapping[str, str] = field(default_factory=dict)
-    knob_rates: tuple[Any, ...] = ()
+    knob_rates: tuple[KnobRate, ...] = ()
     template_floor: int | None = None
     generate_into: Callable[[World, StableRNG, Any], Any] | None = None
     verify_scoped: Callable[[Any, EpisodeState], Verification] | None = None
