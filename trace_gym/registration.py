@@ -17,6 +17,7 @@ import gymnasium as gym
 import yaml
 
 from trace_gym import user_envs
+from trace_gym.core.spec import CapabilitySpec
 from trace_gym.errors import RegistryError, UnknownEnvError
 
 PACKAGE_REGISTRY = Path(__file__).with_name("envs_registry.yaml")
@@ -35,9 +36,22 @@ class EnvEntry:
     tags: tuple[str, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
 
-    def load_class(self) -> type:
+    def load(self) -> Any:
+        """What the entry point names: a :class:`CapabilitySpec` or an environment class."""
         module, _, name = self.entry_point.partition(":")
         return getattr(importlib.import_module(module), name)
+
+    def load_class(self) -> type:
+        """The environment class (a spec's engine class when the entry point is a spec)."""
+        target = self.load()
+        return target.env_class if isinstance(target, CapabilitySpec) else target
+
+    def load_spec(self) -> CapabilitySpec | None:
+        """The entry point's spec (None for an environment class not built on one)."""
+        target = self.load()
+        if isinstance(target, CapabilitySpec):
+            return target
+        return getattr(target, "capability_spec", None)
 
 
 def load_registry(path: str | Path | None = None) -> list[EnvEntry]:
@@ -59,7 +73,9 @@ def load_registry(path: str | Path | None = None) -> list[EnvEntry]:
         if row["id"] in seen:
             raise RegistryError(f"{path}: duplicate id {row['id']!r}")
         if ":" not in str(row["entry_point"]):
-            raise RegistryError(f"{path}: {row['id']}: entry_point must be 'module:Class'")
+            raise RegistryError(
+                f"{path}: {row['id']}: entry_point must be 'module:SPEC' or 'module:Class'"
+            )
         seen.add(row["id"])
         entries.append(
             EnvEntry(

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -33,6 +32,7 @@ from trace_gym.agents.information_free import (
     information_free_policies,
     skipped_information_free_policies,
 )
+from trace_gym.core.spec import KnobRate  # noqa: F401  (re-exported; environments declare them)
 
 EnvSource = str | Callable[[], gym.Env]
 DIFFICULTIES = (0.0, 0.5, 1.0)
@@ -44,36 +44,6 @@ MAX_SUCCESS = 0.10
 MAX_MEAN_REWARD = 0.15
 RATE_SEEDS = 1000
 """Seeds over which knob rates and template counts are measured."""
-
-
-@dataclass(frozen=True)
-class KnobRate:
-    """A documented rate of a difficulty knob.
-
-    ``feature`` names a key of ``info["difficulty_features"]``; a task counts when the value
-    is truthy (a positive number, a non-empty list, True), or equals ``equals`` when given.
-    At ``difficulty``, the fraction of tasks that count must be ``rate`` +- ``tolerance``.
-    """
-
-    feature: str
-    difficulty: float
-    rate: float
-    tolerance: float = 0.05
-    equals: Any = None
-
-    def counts(self, features: dict[str, Any]) -> bool:
-        if self.feature not in features:
-            raise AssertionError(
-                f"knob {self.feature!r} is not in difficulty_features {sorted(features)}"
-            )
-        value = features[self.feature]
-        if self.equals is not None:
-            return bool(value == self.equals)
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int | float):
-            return value > 0
-        return bool(value)
 
 
 def _make(source: EnvSource) -> gym.Env:

@@ -39,6 +39,10 @@ from typing import Any
 import gymnasium as gym
 
 import trace_gym  # noqa: F401  (registers the trace/* ids)
+from trace_gym.core.prompts import (  # noqa: F401  (compact_tool_block: re-exported)
+    TOOL_PROMPT_STYLES,
+    compact_tool_block,
+)
 
 #: ``(batch of token-id prefixes, max new tokens) -> [(new ids, their logprobs or None)]``
 Generate = Callable[[list[list[int]], int], list[tuple[list[int], list[float] | None]]]
@@ -154,32 +158,8 @@ def env_reply_text(messages: list[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-TOOL_PROMPTS = ("hermes", "compact")
-
-
-def compact_tool_block(tools: list[dict[str, Any]]) -> str:
-    """The tool list as one signature line per tool plus the Hermes ``<tool_call>`` convention
-    (appended to the system prompt for ``tool_prompt="compact"``)."""
-    lines = []
-    for tool in tools:
-        fn = tool.get("function", tool)
-        params = fn.get("parameters") or {}
-        required = set(params.get("required") or [])
-        args = []
-        for name, schema in (params.get("properties") or {}).items():
-            kind = (
-                "|".join(json.dumps(v) for v in schema["enum"])
-                if "enum" in schema
-                else schema.get("type", "any")
-            )
-            args.append(f"{name}{'' if name in required else '?'}: {kind}")
-        lines.append(f"{fn['name']}({', '.join(args)}): {fn.get('description', '')}".strip())
-    return (
-        "\n\n# Tools\n\n" + "\n".join(lines) + "\n\nTo call a tool, write a JSON object with its "
-        "name and arguments within <tool_call></tool_call> XML tags, one block per call:\n"
-        '<tool_call>\n{"name": "get_order", "arguments": {"order_id": "O-12345"}}\n</tool_call>\n'
-        "Reply without a tool call to talk to the customer."
-    )
+TOOL_PROMPTS = tuple(s for s in TOOL_PROMPT_STYLES if s != "none")
+"""Tool listings a model's prompt can carry (trace_gym renders both)."""
 
 
 def make_env(
@@ -190,12 +170,11 @@ def make_env(
     env_kwargs: dict,
     tool_prompt: str = "hermes",
 ) -> gym.Env:
-    """A trace_gym environment whose system prompt lists the tools (``tool_prompt="hermes"``;
-    for ``compact`` the environment lists none and :func:`_start` appends the short list)."""
+    """A trace_gym environment whose system prompt lists the tools in ``tool_prompt``'s
+    style (:mod:`trace_gym.core.prompts`)."""
     if tool_prompt not in TOOL_PROMPTS:
         raise ValueError(f"tool_prompt={tool_prompt!r}; use one of {TOOL_PROMPTS}")
-    env_style = "hermes" if tool_prompt == "hermes" else "none"
-    kwargs = {"tool_prompt": env_style, "reward_mode": reward_mode, **env_kwargs}
+    kwargs = {"tool_prompt": tool_prompt, "reward_mode": reward_mode, **env_kwargs}
     if max_turns is not None:
         kwargs["max_turns"] = max_turns
     return gym.make(env_id, disable_env_checker=True, **kwargs)
@@ -419,9 +398,8 @@ def _start(
     options = {"difficulty": spec.difficulty, "split": spec.split, "hint": spec.hint}
     _, info = env.reset(seed=spec.task_seed, options=options)
     opening = info["messages"][1]["content"]
-    tools = compact_tool_block(info["tools"]) if tool_prompt == "compact" else ""
-    prompt = fmt.prompt_ids(info["system_prompt_no_hint"] + tools, opening)
-    gen_prompt = fmt.prompt_ids(info["system_prompt"] + tools, opening) if spec.hint else prompt
+    prompt = fmt.prompt_ids(info["system_prompt_no_hint"], opening)
+    gen_prompt = fmt.prompt_ids(info["system_prompt"], opening) if spec.hint else prompt
     rollout = Rollout(spec, prompt, gen_prompt, logprobs=[])
     return _Live(env, rollout, n_messages=len(info["messages"]))
 

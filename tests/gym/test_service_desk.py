@@ -19,6 +19,19 @@ from trace_gym.world.tools import ID_ARGUMENTS
 
 POOL = [m.capability for m in members()]
 SHORT = {m.capability: m.short for m in members()}
+GOLDEN = {
+    0.0: ["0a33af284c176061b314ac73f7ec39b8339a003220d880ddf44c1e099c8c2946",
+          "fae6639389167ebf7945254ff714a98dbe4ed347940a08cb221a3f0d5b0dd126",
+          "d95bf0e46a972e36f37625f841ad3f22ed23ed26318b5df031fa3ef2a19835f3"],
+    0.5: ["a9c8d995baecd7adef2044910a00f91bdcd04c0481fef324f102f4b20e90c983",
+          "ccf238742dd86f6bc4e5c76775911cf3cbfae754d351ddbddd6f7b1951ea41bb",
+          "6134529470a269b9c8e235d96b509df3e68c1213c7a0a8d4f19ecf9b547f9df7"],
+    1.0: ["225ba4a63b1c92c837cadd8b5e0849873d389ec1ba90ecb121dc3ac3d1537798",
+          "4cd1279dd88bc8e484aea932b9a3219cae420123d03150c40ceb3d6408a9d609",
+          "466a26f2372e229e6cfca562da824810012a4c6f433ca03c77c4dd3bdcebc961"],
+}  # fmt: skip
+"""Task hashes of seeds 0-2 with the eight members installed (from before the members were
+specs: a composite built from specs gives the same tasks)."""
 
 
 def _env() -> gym.Env:
@@ -29,6 +42,29 @@ def test_pool_is_the_installed_capability_environments() -> None:
     assert "precondition_verification" in POOL
     registered = {e.capability for e in trace_gym.load_registry()}
     assert set(POOL) <= registered and "service_desk" not in POOL
+
+
+def test_golden_task_hashes() -> None:
+    if len(POOL) != 8:
+        pytest.skip("the golden hashes assume all eight member environments")
+    env = _env()
+    for d, hashes in GOLDEN.items():
+        got = [env.reset(seed=s, options={"difficulty": d})[1]["task_hash"] for s in range(3)]
+        assert got == hashes, d
+
+
+def test_members_are_specs_and_the_prompt_states_the_preamble_once() -> None:
+    from trace_gym.core.spec import AGENT_PREAMBLE, CapabilitySpec
+
+    assert all(isinstance(m, CapabilitySpec) and m.composable for m in members())
+    env, sizes = _env(), set()
+    for seed in range(8):
+        _, info = env.reset(seed=seed, options={"difficulty": 1.0, "config": {"max_requests": 4}})
+        prompt, n = info["system_prompt"], len(info["difficulty_features"]["capabilities"])
+        sizes.add(n)
+        assert prompt.startswith(AGENT_PREAMBLE) and prompt.count("Tracewell") == 1
+        assert prompt.count("The current time is") == 1 and f"## Request {n}\n" in prompt
+    assert max(sizes) > 1
 
 
 @pytest.mark.parametrize("difficulty", [0.0, 0.5, 1.0])

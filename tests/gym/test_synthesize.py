@@ -60,10 +60,9 @@ NEAR_DUPLICATE = textwrap.dedent(
         verify=base.verify,
         oracle=lambda task: base.oracle(task, World.view(task.world)),
         user=lambda task: base.PreconditionUser(task.opening),
-        instructions=lambda task: base.PreconditionEnv.system_prompt(None, task),
-        hint=lambda task: base.PreconditionEnv.hint(None, task),
+        instructions=base.instructions,
+        hint=base.hint,
         tools=tuple(t.name for t in base.PreconditionEnv.tools),
-        preamble="",
     )
     """
 )

@@ -23,9 +23,10 @@ def test_compact_tool_prompt_lists_every_tool_in_fewer_characters():
     hermes = make_env(ENV, max_turns=None, reward_mode="partial", env_kwargs={})
     _, full = hermes.reset(seed=0, options={"split": "eval", "difficulty": 0.0})
     assert "<tools>" not in info["system_prompt"] and "<tool_call>" in block
+    assert info["system_prompt"].endswith(block)  # the environment renders the compact list
     assert all(t["function"]["name"] + "(" in block for t in info["tools"])
     # The instructions are the same in both; only the tool listing differs.
-    hermes_listing = len(full["system_prompt"]) - len(info["system_prompt"])
+    hermes_listing = len(full["system_prompt"]) - (len(info["system_prompt"]) - len(block))
     assert len(block) < hermes_listing / 2
 
 

@@ -17,7 +17,8 @@ capability would act:
 | ``error_recovery_communication`` | does not recover from the error |
 | ``information_gathering`` | guesses instead of asking |
 
-Capabilities without a specific lapse (or whose environment has not landed) use a generic
+A customer-service capability's lapse sits beside its environment (the spec's ``lapse``);
+the SWE ones are in ``deficit_lapses_swe``. Capabilities without a specific lapse use a generic
 one: the segment's writes and decisions are dropped (the agent talks but never acts).
 
 Lapse draws depend on (agent seed, task seed, capability) only, not on the difficulty, so a
@@ -33,51 +34,41 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from trace_gym.agents.baselines import PlanAgent
 from trace_gym.core.env import TraceEnv
+from trace_gym.core.plans import (  # noqa: F401  (re-exported: lapses import them from here)
+    LAPSES,
+    Lapse,
+    Segment,
+    as_turn,
+    call_kind,
+    map_calls,
+    turn_calls,
+)
 from trace_gym.core.seeding import StableRNG, derive_seed
-from trace_gym.core.tools import ToolSet
-from trace_gym.world.model import World
 
-SHORT_NAMES = {
-    "precondition": "precondition_verification",
-    "structured_data": "structured_data_reasoning",
-    "multistep": "multistep_completion",
-    "tool_call": "tool_call_precision",
-    "payment_calc": "payment_calculation",
-    "policy_pressure": "policy_compliance_under_pressure",
-    "recover_communicate": "error_recovery_communication",
-    "clarify": "information_gathering",
-    "swe_semantic_precision": "semantic_logic_precision",
-    "swe_call_graph": "deep_call_graph_traversal",
-    "swe_diff_context": "diff_context_precision",
-    "swe_multi_site": "multi_site_consistency",
-    "swe_refactor_awareness": "structural_refactor_awareness",
-}
-"""Short profile keys (the environment module names) -> capability names."""
+
+def _short_names() -> dict[str, str]:
+    from trace_gym.core.spec import short_of
+    from trace_gym.registration import load_registry
+
+    return {short_of(e.id): e.capability for e in load_registry() if "composite" not in e.tags}
+
+
+SHORT_NAMES = _short_names()
+"""Short profile keys (the registry ids' names: ``tool_call`` for ``trace/tool-call-v0``) ->
+capability names, for every registered environment that is not a composite."""
 CAPABILITIES = tuple(SHORT_NAMES.values())
 SPEC_PREFIX = "deficit"
-
-
-@dataclass(frozen=True)
-class Segment:
-    """The oracle's turns for one capability's part of a task."""
-
-    capability: str
-    task: Any
-    """The capability environment's task (its ``world`` may be empty inside the composite)."""
-    world: World
-    """The initial world the task lives in."""
-    actions: list[Any]
-    tools: ToolSet
-
-
-Lapse = Callable[[Segment, StableRNG], list[Any]]
-LAPSES: dict[str, Lapse] = {}
-"""Capability -> its lapse; filled by :func:`register_lapse` (see ``deficit_lapses``)."""
+__all__ = [
+    "Segment",
+    "as_turn",
+    "call_kind",
+    "map_calls",
+    "turn_calls",
+]  # plan helpers, re-exported
 
 
 def register_lapse(capability: str) -> Callable[[Lapse], Lapse]:
@@ -106,39 +97,6 @@ def short_name(capability: str) -> str:
         if full == capability:
             return short
     return capability
-
-
-# -- plan surgery -----------------------------------------------------------------------------
-def turn_calls(turn: Any) -> list[dict[str, Any]]:
-    """The tool calls of one oracle turn ([] for a message to the customer)."""
-    if isinstance(turn, dict):
-        return list(turn["tool_calls"]) if "tool_calls" in turn else [turn]
-    return []
-
-
-def as_turn(calls: list[dict[str, Any]]) -> Any:
-    """One assistant turn making ``calls`` (None when there are none)."""
-    if not calls:
-        return None
-    return calls[0] if len(calls) == 1 else {"tool_calls": calls}
-
-
-def map_calls(actions: list[Any], fn: Callable[[dict[str, Any]], dict[str, Any] | None]) -> list:
-    """Apply ``fn`` to every call (None drops it); turns left without calls disappear."""
-    out = []
-    for turn in actions:
-        if isinstance(turn, str):
-            out.append(turn)
-            continue
-        kept = [c for c in (fn(dict(call)) for call in turn_calls(turn)) if c is not None]
-        if kept:
-            out.append(as_turn(kept))
-    return out
-
-
-def call_kind(tools: ToolSet, name: str) -> str | None:
-    tool = tools.get(name)
-    return tool.kind if tool is not None else None
 
 
 @register_lapse("__generic__")
@@ -212,4 +170,4 @@ def deficit_agent_from_spec(spec: str) -> DeficitAgent:
     return DeficitAgent(profile, seed_value)
 
 
-from trace_gym.agents import deficit_lapses  # noqa: E402,F401  (registers the specific lapses)
+from trace_gym.agents import deficit_lapses_swe  # noqa: E402,F401  (registers the SWE lapses)

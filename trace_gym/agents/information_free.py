@@ -357,6 +357,9 @@ class KeywordStuffed:
 
 
 def _has_hook(env: TraceEnv, hook: str) -> bool:
+    spec = getattr(type(env), "capability_spec", None)
+    if spec is not None and hasattr(spec, hook):  # a spec's engine has every hook method
+        return getattr(spec, hook) is not None
     return callable(getattr(env, hook, None))
 
 

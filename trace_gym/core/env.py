@@ -44,6 +44,7 @@ from trace_gym.core.actions import (
     object_error,
     parse_action,
 )
+from trace_gym.core.prompts import TOOL_PROMPT_STYLES, tool_block
 from trace_gym.core.seeding import (
     StableRNG,
     check_difficulty,
@@ -60,7 +61,6 @@ from trace_gym.world.model import World, json_copy
 MAX_TEXT = 200_000
 """Bound of the observation and action spaces (characters)."""
 RESET_OPTIONS = ("difficulty", "split", "hint", "config", "task_seed")
-TOOL_PROMPT_STYLES = ("none", "hermes")
 _SEED_MASK = (1 << 63) - 1
 INTERNAL_ERROR = "internal_error"
 """``end_reason`` of an episode cut short by a bug in the environment (see the module doc)."""
@@ -191,9 +191,10 @@ class TraceEnv(gym.Env[str, str]):
         hint: add the ``<expert_guidance>`` block to the system prompt by default.
         malformed_penalty: subtracted from the step reward of a turn with an error (>= 0).
         max_consecutive_errors: error-only turns in a row that end the episode.
-        tool_prompt: ``none`` (tools only in ``info["tools"]``) or ``hermes`` (also listed in
-            the system prompt, with the ``<tool_call>`` convention, for chat templates that
-            ignore ``tools=``).
+        tool_prompt: ``none`` (tools only in ``info["tools"]``), ``hermes`` or ``compact``
+            (also listed in the system prompt, as full schemas or one line per tool, with the
+            ``<tool_call>`` convention, for chat templates that ignore ``tools=``; see
+            :mod:`trace_gym.core.prompts`).
         config: generator overrides (each environment documents its fields).
     """
 
@@ -372,17 +373,7 @@ class TraceEnv(gym.Env[str, str]):
         text = self.system_prompt(task)
         if hint:
             text += f"\n\n<expert_guidance>\n{self.hint(task)}\n</expert_guidance>"
-        if self.tool_prompt == "hermes":
-            lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in self._tool_schemas)
-            text += (
-                "\n\n# Tools\n\nYou may call one or more functions. Function signatures are "
-                f"within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\nFor each "
-                "function call, return a JSON object with the function name and arguments "
-                'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-'
-                'name>, "arguments": <args-json-object>}\n</tool_call>\n'
-                "Reply without a tool call to talk to the customer."
-            )
-        return text
+        return text + tool_block(self.tool_prompt, self._tool_schemas)
 
     # -- step -----------------------------------------------------------------------------
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -31,6 +31,16 @@ field               what it is
 ``requested_call``  optional ``(task) -> {"name", "arguments"} | None``: the write the
                     customer asks for, with arguments exactly as the customer states them
 ``information_free_exempt``  policy name -> why that information-free policy does not apply
+``preamble``        the system prompt's first sentence (default: the shared Tracewell one)
+``knob_rates``      :class:`KnobRate` values: how often a difficulty knob
+                    shows in the task features, checked over 1,000 seeds
+``template_floor``  distinct opening templates per 1,000 seeds the generator must reach
+``generate_into``   optional ``(world, rng, config) -> task``: adds the task's records to a
+                    shared world (the task's ``owned`` lists them); with ``verify_scoped``
+                    (``(task, episode) -> Verification`` over the calls and diffs touching
+                    ``owned`` only) the spec can be a member of a composite
+``oracle_segments`` optional ``(task) -> [Segment]``: a composite's oracle per member
+``env_name``        the engine class's name (a module aliasing ``XxxEnv = SPEC.env_class``)
 ==================  =============================================================================
 
 ``SPEC(**kwargs)`` builds the environment (so ``"module:SPEC"`` is a gymnasium entry point),
@@ -40,13 +50,17 @@ and ``trace-gym validate module:SPEC`` runs every gate on it.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState, TraceEnv
+from trace_gym.core.plans import LAPSES, Segment
+from trace_gym.core.prompts import AGENT_PREAMBLE, agent_prompt
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.tools import Tool, ToolSet
 from trace_gym.core.user import ScriptedUser
@@ -54,8 +68,6 @@ from trace_gym.core.verify import Verification
 from trace_gym.errors import ConfigError
 from trace_gym.world.model import World
 
-AGENT_PREAMBLE = "You are a customer-service agent for Tracewell, an online shop and travel agency."
-"""The first sentence of every customer-service system prompt (said once, here)."""
 ID_PATTERN = re.compile(r"^[a-z0-9_.-]+/[a-z0-9_.-]+-v(\d+)$")
 CAPABILITY_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -116,6 +128,36 @@ class SpecConfig:
         return apply_overrides(cls(**cls.knobs(difficulty)), dict(overrides), cls.__name__)
 
 
+@dataclass(frozen=True)
+class KnobRate:
+    """A documented rate of a difficulty knob.
+
+    ``feature`` names a key of ``info["difficulty_features"]``; a task counts when the value
+    is truthy (a positive number, a non-empty list, True), or equals ``equals`` when given.
+    At ``difficulty``, the fraction of tasks that count must be ``rate`` +- ``tolerance``.
+    """
+
+    feature: str
+    difficulty: float
+    rate: float
+    tolerance: float = 0.05
+    equals: Any = None
+
+    def counts(self, features: dict[str, Any]) -> bool:
+        if self.feature not in features:
+            raise AssertionError(
+                f"knob {self.feature!r} is not in difficulty_features {sorted(features)}"
+            )
+        value = features[self.feature]
+        if self.equals is not None:
+            return bool(value == self.equals)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int | float):
+            return value > 0
+        return bool(value)
+
+
 # -- the spec ----------------------------------------------------------------------------------
 def task_world(task: Any) -> World:
     """The default ``world`` hook: a fresh copy of ``task.world``."""
@@ -150,6 +192,19 @@ class CapabilitySpec:
     listed_rules: Callable[[Any], list[str]] | None = None
     requested_call: Callable[[Any], dict[str, Any] | None] | None = None
     information_free_exempt: Mapping[str, str] = field(default_factory=dict)
+    knob_rates: tuple[KnobRate, ...] = ()
+    template_floor: int | None = None
+    generate_into: Callable[[World, StableRNG, Any], Any] | None = None
+    verify_scoped: Callable[[Any, EpisodeState], Verification] | None = None
+    oracle_segments: Callable[[Any], list[Segment]] | None = None
+    """A composite's oracle, one :class:`~trace_gym.core.plans.Segment` per member request
+    (the deficit agent lapses per segment); None: the whole oracle is one segment."""
+    initial_world_from_task: bool = False
+    """True when the verifier only reads ``episode.initial_world`` (it is then a view of
+    ``task.world``, not a second copy); needs the default ``world`` hook."""
+    env_name: str = ""
+    """The engine class's name (default: the capability in CamelCase + ``Env``); a module
+    that binds ``XxxEnv = SPEC.env_class`` names it ``XxxEnv`` so instances pickle."""
     env_class: type[SpecEnv] = field(init=False, repr=False, compare=False)
 
     metadata: ClassVar[dict[str, Any]] = TraceEnv.metadata
@@ -168,14 +223,58 @@ class CapabilitySpec:
                 raise ConfigError(f"{self.id}: {name} must be callable")
         if int(self.max_turns) < 2:
             raise ConfigError(f"{self.id}: max_turns must be >= 2, got {self.max_turns!r}")
+        if (self.generate_into is None) != (self.verify_scoped is None):
+            raise ConfigError(f"{self.id}: generate_into and verify_scoped go together")
+        if self.initial_world_from_task and self.world is not task_world:
+            raise ConfigError(f"{self.id}: initial_world_from_task needs the default world hook")
         toolset = ToolSet(resolve_tools(self.tools))
         if not len(toolset):
             raise ConfigError(f"{self.id}: a spec needs at least one tool")
         object.__setattr__(self, "env_class", SpecEnv.for_spec(self, toolset, int(match[1])))
+        if self.lapse is not None:  # the deficit agents find it by capability
+            LAPSES.setdefault(self.capability, self.lapse)
 
     def __call__(self, **kwargs: Any) -> SpecEnv:
         """The environment (gymnasium calls this through the entry point ``module:SPEC``)."""
         return self.env_class(**kwargs)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # A module's SPEC pickles by reference (a live environment's user may hold specs).
+        module = sys.modules.get(getattr(self.generate, "__module__", ""))
+        if module is not None and getattr(module, "SPEC", None) is self:
+            return _module_spec, (module.__name__,)
+        return super().__reduce_ex__(protocol)
+
+    @property
+    def short(self) -> str:
+        """The id's name in snake_case (:func:`short_of`)."""
+        return short_of(self.id)
+
+    @property
+    def composable(self) -> bool:
+        """Whether a composite can use the spec (it has ``generate_into``)."""
+        return self.generate_into is not None
+
+    def now(self, task: Any) -> str:
+        """The task's current time (without copying the world when it is ``task.world``)."""
+        if self.world is task_world:
+            return str(task.world["now"])
+        return self.world(task).now
+
+    def system_prompt(self, task: Any) -> str:
+        """The preamble, the current time and the instructions: the whole system prompt."""
+        return agent_prompt(self.preamble, self.now(task), self.instructions(task))
+
+
+def short_of(env_id: str) -> str:
+    """An id's name in snake_case (``trace/tool-call-v0`` -> ``tool_call``): the module name
+    of a shipped environment, the deficit profiles' short key and the composite's check
+    prefix."""
+    return env_id.split("/", 1)[-1].rsplit("-v", 1)[0].replace("-", "_")
+
+
+def _module_spec(module: str) -> CapabilitySpec:
+    return importlib.import_module(module).SPEC
 
 
 def resolve_tools(tools: tuple[str | Tool, ...]) -> list[Tool]:
@@ -200,11 +299,13 @@ class SpecEnv(TraceEnv):
 
     capability_spec: ClassVar[CapabilitySpec]
     information_free_exempt: ClassVar[Mapping[str, str]] = {}
+    knob_rates: ClassVar[tuple[Any, ...]] = ()
+    template_floor: ClassVar[int | None] = None
 
     @classmethod
     def for_spec(cls, spec: CapabilitySpec, tools: ToolSet, version: int) -> type[SpecEnv]:
         """A subclass bound to ``spec`` (class attributes are what TRL and the suite read)."""
-        name = "".join(p.title() for p in spec.capability.split("_")) + "Env"
+        name = spec.env_name or "".join(p.title() for p in spec.capability.split("_")) + "Env"
         attrs = {
             "capability_spec": spec,
             "env_id": spec.id,
@@ -213,18 +314,14 @@ class SpecEnv(TraceEnv):
             "tools": tools,
             "default_max_turns": int(spec.max_turns),
             "information_free_exempt": dict(spec.information_free_exempt),
+            "knob_rates": tuple(spec.knob_rates),
+            "template_floor": spec.template_floor,
+            "initial_world_from_task": bool(spec.initial_world_from_task),
+            **({"oracle_segments": _oracle_segments} if spec.oracle_segments else {}),
             "__doc__": spec.description,
             "__module__": getattr(spec.generate, "__module__", __name__),
         }
         return type(name, (cls,), attrs)
-
-    def __init__(self, **kwargs: Any) -> None:
-        spec = self.capability_spec
-        if spec.lapse is not None:
-            from trace_gym.agents.deficit import LAPSES
-
-            LAPSES.setdefault(spec.capability, spec.lapse)
-        super().__init__(**kwargs)
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> Any:
         spec = self.capability_spec
@@ -237,10 +334,7 @@ class SpecEnv(TraceEnv):
         return self.capability_spec.user(task)
 
     def system_prompt(self, task: Any) -> str:
-        spec = self.capability_spec
-        now = spec.world(task).now
-        head = f"{spec.preamble} The current time is {now}." if spec.preamble else ""
-        return f"{head}\n\n{spec.instructions(task)}".strip()
+        return self.capability_spec.system_prompt(task)
 
     def hint(self, task: Any) -> str:
         return self.capability_spec.hint(task)
@@ -261,3 +355,8 @@ class SpecEnv(TraceEnv):
     def requested_call(self, task: Any) -> dict[str, Any] | None:
         fn = self.capability_spec.requested_call
         return fn(task) if fn is not None else None
+
+
+def _oracle_segments(self: SpecEnv, task: Any) -> list[Segment]:
+    """Per-member parts of a composite's oracle (the engine method of ``oracle_segments``)."""
+    return list(self.capability_spec.oracle_segments(task))  # type: ignore[misc]

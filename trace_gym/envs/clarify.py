@@ -69,18 +69,18 @@ The rates are declared in ``ClarifyEnv.knob_rates`` (as shares of all tasks) and
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from trace_gym.core.config import apply_overrides
-from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
+from trace_gym.core.env import CallRecord, EpisodeState
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
-from trace_gym.core.tools import ToolSet
+from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.errors import ConfigError
-from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_payment_method
 from trace_gym.world.model import World, day_offset, world_diff
 from trace_gym.world.support_records import (
@@ -89,7 +89,7 @@ from trace_gym.world.support_records import (
     support_customer,
     support_order,
 )
-from trace_gym.world.tools import VOCABULARY, pick_tools, records_read, restrict_diff, touches
+from trace_gym.world.tools import VOCABULARY, records_read, restrict_diff, touches
 from trace_gym.world.tools_support import DELIVERY_WINDOWS, SCHEDULE_HORIZON_DAYS, SPEEDS
 
 CAPABILITY = "information_gathering"
@@ -180,45 +180,41 @@ UNSUPPORTED_TEXTS = ("Could you {ask}?", "I'd like you to {ask}.", "Please {ask}
 
 # -- config -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class ClarifyConfig:
-    """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
+class ClarifyConfig(SpecConfig):
+    """Generator settings; :meth:`knobs` maps difficulty to them."""
 
-    n_missing: int = 2
-    """Slots left out of the request (capped so a multi-slot request keeps a correct slot)."""
-    wrong_info_probability: float = 0.3
-    """Chance that one stated slot (an order id, a date or a card) of a doable request is wrong."""
-    n_other_orders: int = 2
-    """Open orders of the customer besides the one the request is about (at least 1)."""
-    n_other_cards: int = 2
-    """Active cards besides the order's own in a card request (at least 2)."""
-    unsupported_share: float = 0.04
-    """Share of requests that no tool does."""
-    missing_item_share: float = 0.04
-    """Share of requests that need a gift card or card brand the customer lacks."""
+    n_missing: int = knob(
+        2, low=1, high=3, doc="slots left out (a multi-slot request keeps a correct slot)"
+    )
+    wrong_info_probability: float = knob(
+        0.3, low=0.0, high=1.0, doc="one stated slot of a doable request is wrong"
+    )
+    n_other_orders: int = knob(
+        2, low=1, high=10, doc="open orders besides the one the request is about"
+    )
+    n_other_cards: int = knob(
+        2, low=2, high=5, doc="active cards besides the order's own in a card request"
+    )
+    unsupported_share: float = knob(
+        0.04, low=0.0, high=1.0, doc="share of requests that no tool does"
+    )
+    missing_item_share: float = knob(
+        0.04, low=0.0, high=1.0, doc="requests needing a gift card or brand the customer lacks"
+    )
 
     def __post_init__(self) -> None:
-        if not 1 <= self.n_missing <= 3:
-            raise ConfigError(f"n_missing must be in 1..3, got {self.n_missing}")
-        for name in ("wrong_info_probability", "unsupported_share", "missing_item_share"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"{name} must be in [0, 1], got {value}")
+        super().__post_init__()
         if self.unsupported_share + self.missing_item_share > 1.0:
             raise ConfigError("unsupported_share + missing_item_share must be at most 1")
-        if not 1 <= self.n_other_orders <= 10:
-            raise ConfigError(f"n_other_orders must be in 1..10, got {self.n_other_orders}")
-        if not 2 <= self.n_other_cards <= 5:
-            raise ConfigError(f"n_other_cards must be in 2..5, got {self.n_other_cards}")
 
     @classmethod
-    def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> ClarifyConfig:
-        base = cls(
-            n_missing=1 + round(d),
-            wrong_info_probability=0.6 * d,
-            n_other_orders=1 + round(3 * d),
-            n_other_cards=2 + round(d),
-        )
-        return apply_overrides(base, overrides, "clarify")
+    def knobs(cls, d: float) -> dict[str, Any]:
+        return {
+            "n_missing": 1 + round(d),
+            "wrong_info_probability": 0.6 * d,
+            "n_other_orders": 1 + round(3 * d),
+            "n_other_cards": 2 + round(d),
+        }
 
 
 # -- task -------------------------------------------------------------------------------------
@@ -631,26 +627,135 @@ class ClarifyUser(ScriptedUser):
         return UserReply(" ".join(self.task.answers[s] for s in asked))
 
 
-# -- environment ------------------------------------------------------------------------------
-class ClarifyEnv(TraceEnv):
-    """Information gathering; see the module docstring for the full description."""
-
-    env_id = ENV_ID
-    capability = CAPABILITY
-    version = 0
-    default_max_turns = 10
-    tools = ToolSet(
-        pick_tools(
-            "get_customer",
-            "get_order",
-            "get_payment_method",
-            "upgrade_shipping",
-            "schedule_delivery",
-            "set_order_payment_method",
-            "report_unable",
-        )
+# -- the spec ---------------------------------------------------------------------------------
+def instructions(task: ClarifyTask) -> str:
+    return (
+        "Use the tools to look records up and to make changes. Use only values that the "
+        "customer gave you or that the records show; when a detail you need is missing "
+        "or does not check out, ask the customer for it, and do not ask for details the "
+        "customer already gave correctly or that the request does not need. If a request "
+        "cannot be done (no tool does it, or the customer lacks what it needs), change "
+        "nothing, call report_unable with the reason code and tell the customer. When "
+        "you are done, tell the customer the outcome in a message without a tool call."
     )
-    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+
+
+def hint(task: ClarifyTask) -> str:
+    return (
+        "List the arguments the needed tool takes and check which of them the customer "
+        "actually stated. Ask for every missing one by name in one question, and verify "
+        "the stated ones against the records (an id that does not exist, a date that has "
+        "passed or a card they do not have must be asked again); do not ask about what "
+        "is already stated correctly. Never fill a gap with a plausible guess. If no tool "
+        "does what is asked, or the records show the customer lacks the item the request "
+        "needs, decline with the matching reason code instead."
+    )
+
+
+def task_oracle(task: ClarifyTask) -> list[Any]:
+    return oracle(task, World.from_dict(task.world))
+
+
+def requested_call(task: ClarifyTask) -> dict[str, Any] | None:
+    """The write the customer asks for, with only the values the opening states (a
+    missing or unknown argument is left out; a wrongly stated one is kept)."""
+    if task.reference_call is None:
+        return None
+    stated = {s: task.wrong.get(s, v) for s, v in task.slots.items() if s not in _missing(task)}
+    arguments = {"order_id": stated["order"]} if "order" in stated else {}
+    arguments |= {k: stated[k] for k in ("speed", "date", "window") if k in stated}
+    return {"name": task.reference_call["name"], "arguments": arguments}
+
+
+def features(task: ClarifyTask) -> dict[str, Any]:
+    orders = task.world["tables"]["orders"]
+    open_orders = [k for t, k in task.owned if t == "orders" and orders[k]["status"] == "pending"]
+    return {
+        "kind": task.kind,
+        "n_slots": len(SLOTS.get(task.kind, ())),
+        "n_missing": len(_missing(task)),
+        "n_wrong": len(task.wrong),
+        "n_open_orders": len(open_orders),
+        "cannot_do": task.reference_call is None,
+    }
+
+
+def _missing(task: ClarifyTask) -> list[str]:
+    return [s for s in task.ask_slots if s not in task.wrong]
+
+
+_SLOT_ARGUMENT = {
+    "order": "order_id",
+    "speed": "speed",
+    "date": "date",
+    "window": "window",
+    "card": "payment_method_id",
+}
+
+
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Never ask: take wrongly stated values at face value and guess missing ones (another of
+    the customer's orders, another speed, day or window); decline without checking records."""
+    task = seg.task
+    if task.reference_call is None:  # decline at once, without reading what decides it
+        return [t for t in seg.actions if isinstance(t, str) or "tool_calls" not in t][-2:]
+    arguments = dict(task.reference_call["arguments"])
+    for slot in task.ask_slots:
+        name = _SLOT_ARGUMENT.get(slot)
+        if name not in arguments:
+            continue
+        if slot in task.wrong and slot != "card":  # a wrong card is digits, not an id
+            arguments[name] = task.wrong[slot]
+            continue
+        options = {
+            "order": [k for t, k in task.owned if t == "orders"],
+            "speed": list(SPEEDS),
+            "window": list(DELIVERY_WINDOWS),
+            "date": [day_offset(seg.world.now, k) for k in (1, 2, 3, 4)],
+            "card": [k for t, k in task.owned if t == "payment_methods"],
+        }[slot]
+        others = [v for v in options if v != arguments[name]]
+        if others:
+            arguments[name] = rng.choice(others)
+    write = {"name": task.reference_call["name"], "arguments": arguments}
+    return [write, "All done: your request has been completed."]
+
+
+SPEC = CapabilitySpec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description="Ask the customer for every missing or wrongly stated argument before a write "
+    "and use only the values given; decline requests no tool can do or that need an item the "
+    "customer lacks, with a reason code.",
+    config=ClarifyConfig,
+    generate=generate_task,
+    verify=verify,
+    oracle=task_oracle,
+    user=ClarifyUser,
+    instructions=instructions,
+    hint=hint,
+    features=features,
+    tools=(
+        "get_customer",
+        "get_order",
+        "get_payment_method",
+        "upgrade_shipping",
+        "schedule_delivery",
+        "set_order_payment_method",
+        "report_unable",
+    ),
+    max_turns=10,
+    tags=(
+        CAPABILITY,
+        "insufficient_information",
+        "clarification",
+        "slot_filling",
+        "ask_before_acting",
+        "abstention",
+    ),
+    preamble="You are a customer-service agent for Tracewell, an online shop.",
+    requested_call=requested_call,
+    knob_rates=(
         # a wrong value in 60 % * d of the doable requests (92 % of all)
         KnobRate("n_wrong", 0.0, 0.0, 0.0),
         KnobRate("n_wrong", 0.5, 0.276, 0.04),
@@ -659,75 +764,13 @@ class ClarifyEnv(TraceEnv):
         KnobRate("kind", 1.0, 0.04, 0.02, equals="unsupported"),
         KnobRate("kind", 0.0, 0.04, 0.02, equals="missing_item"),
         KnobRate("kind", 1.0, 0.04, 0.02, equals="missing_item"),
-    )
-    template_floor: ClassVar[int] = 500
-    """Distinct masked task templates per 1,000 seeds (about 700 measured at each difficulty;
-    the first draft had 28-47)."""
-
-    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> ClarifyTask:
-        return generate_task(rng, ClarifyConfig.from_difficulty(difficulty, config))
-
-    def build_world(self, task: ClarifyTask) -> World:
-        return World.from_dict(task.world)
-
-    def make_user(self, task: ClarifyTask) -> ScriptedUser:
-        return ClarifyUser(task)
-
-    def system_prompt(self, task: ClarifyTask) -> str:
-        now = task.world["now"]
-        return (
-            "You are a customer-service agent for Tracewell, an online shop. "
-            f"The current time is {now}.\n\n"
-            "Use the tools to look records up and to make changes. Use only values that the "
-            "customer gave you or that the records show; when a detail you need is missing "
-            "or does not check out, ask the customer for it, and do not ask for details the "
-            "customer already gave correctly or that the request does not need. If a request "
-            "cannot be done (no tool does it, or the customer lacks what it needs), change "
-            "nothing, call report_unable with the reason code and tell the customer. When "
-            "you are done, tell the customer the outcome in a message without a tool call."
-        )
-
-    def hint(self, task: ClarifyTask) -> str:
-        return (
-            "List the arguments the needed tool takes and check which of them the customer "
-            "actually stated. Ask for every missing one by name in one question, and verify "
-            "the stated ones against the records (an id that does not exist, a date that has "
-            "passed or a card they do not have must be asked again); do not ask about what "
-            "is already stated correctly. Never fill a gap with a plausible guess. If no tool "
-            "does what is asked, or the records show the customer lacks the item the request "
-            "needs, decline with the matching reason code instead."
-        )
-
-    def verify(self, task: ClarifyTask, episode: EpisodeState) -> Verification:
-        return verify(task, episode)
-
-    def oracle(self, task: ClarifyTask) -> list[Any]:
-        return oracle(task, World.from_dict(task.world))
-
-    def requested_call(self, task: ClarifyTask) -> dict[str, Any] | None:
-        """The write the customer asks for, with only the values the opening states (a
-        missing or unknown argument is left out; a wrongly stated one is kept)."""
-        if task.reference_call is None:
-            return None
-        stated = {s: task.wrong.get(s, v) for s, v in task.slots.items() if s not in _missing(task)}
-        arguments = {"order_id": stated["order"]} if "order" in stated else {}
-        arguments |= {k: stated[k] for k in ("speed", "date", "window") if k in stated}
-        return {"name": task.reference_call["name"], "arguments": arguments}
-
-    def difficulty_features(self, task: ClarifyTask) -> dict[str, Any]:
-        orders = task.world["tables"]["orders"]
-        open_orders = [
-            k for t, k in task.owned if t == "orders" and orders[k]["status"] == "pending"
-        ]
-        return {
-            "kind": task.kind,
-            "n_slots": len(SLOTS.get(task.kind, ())),
-            "n_missing": len(_missing(task)),
-            "n_wrong": len(task.wrong),
-            "n_open_orders": len(open_orders),
-            "cannot_do": task.reference_call is None,
-        }
-
-
-def _missing(task: ClarifyTask) -> list[str]:
-    return [s for s in task.ask_slots if s not in task.wrong]
+    ),
+    # distinct masked task templates per 1,000 seeds: about 700 measured at each difficulty
+    template_floor=500,
+    generate_into=generate_into,
+    verify_scoped=functools.partial(verify, scoped=True),
+    lapse=lapse,
+    env_name="ClarifyEnv",
+)
+ClarifyEnv = SPEC.env_class
+"""Information gathering; see the module docstring for the full description."""

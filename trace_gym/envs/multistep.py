@@ -67,13 +67,15 @@ everything asked so far is done. Other messages get a nudge to carry on. Truncat
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 from trace_gym.core.config import check_overrides
-from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
+from trace_gym.core.env import CallRecord, EpisodeState
+from trace_gym.core.plans import Segment, call_kind, turn_calls
 from trace_gym.core.seeding import StableRNG
-from trace_gym.core.tools import ToolSet
+from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification
 from trace_gym.envs.multistep_ops import (
@@ -90,7 +92,7 @@ from trace_gym.envs.multistep_ops import (
 from trace_gym.errors import ConfigError
 from trace_gym.world.generate import draw_now, new_customer, new_order, new_reservation
 from trace_gym.world.model import World
-from trace_gym.world.tools import ID_ARGUMENTS, VOCABULARY, pick_tools, touches
+from trace_gym.world.tools import ID_ARGUMENTS, VOCABULARY, touches
 
 CAPABILITY = "multistep_completion"
 ENV_ID = "trace/multistep-v0"
@@ -113,35 +115,29 @@ FINAL = "All done: every change you asked for has been made."
 
 # -- config -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class MultistepConfig:
+class MultistepConfig(SpecConfig):
     """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
 
-    n_operations: int = 4
-    """Operations in the request (2..6)."""
-    n_dependent: int = 2
-    """Operations that need an earlier result (1..n_operations)."""
-    shuffle_probability: float = 0.5
-    """Chance that the request lists the operations out of execution order."""
-    held_back_probability: float = 0.25
-    """Chance that the last operation is only raised once the agent reports back."""
-    n_distractors: int = 2
-    """Other pending orders and confirmed reservations of the customer."""
+    n_operations: int = knob(4, low=2, high=MAX_OPERATIONS, doc="operations in the request")
+    n_dependent: int = knob(
+        2, low=1, high=MAX_OPERATIONS, doc="operations that need an earlier result"
+    )
+    shuffle_probability: float = knob(
+        0.5, low=0.0, high=1.0, doc="the request lists the operations out of execution order"
+    )
+    held_back_probability: float = knob(
+        0.25, low=0.0, high=1.0, doc="the last operation is raised once the agent reports back"
+    )
+    n_distractors: int = knob(
+        2, low=0, high=MAX_DISTRACTORS, doc="other pending orders and confirmed reservations"
+    )
 
     def __post_init__(self) -> None:
-        if not 2 <= self.n_operations <= MAX_OPERATIONS:
+        super().__post_init__()
+        if self.n_dependent > self.n_operations:
             raise ConfigError(
-                f"n_operations must be in 2..{MAX_OPERATIONS}, got {self.n_operations}"
-            )
-        if not 1 <= self.n_dependent <= self.n_operations:
-            raise ConfigError(
-                f"n_dependent must be in 1..n_operations ({self.n_operations}), got {self.n_dependent}"
-            )
-        for name in ("shuffle_probability", "held_back_probability"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if not 0 <= self.n_distractors <= MAX_DISTRACTORS:
-            raise ConfigError(
-                f"n_distractors must be in 0..{MAX_DISTRACTORS}, got {self.n_distractors}"
+                f"n_dependent must be in 1..n_operations ({self.n_operations}), "
+                f"got {self.n_dependent}"
             )
 
     @classmethod
@@ -400,76 +396,101 @@ class MultistepUser(ScriptedUser):
         return UserReply(NUDGE)
 
 
-# -- environment ------------------------------------------------------------------------------
-class MultistepEnv(TraceEnv):
-    """Multi-step task completion; see the module docstring for the full description."""
-
-    env_id = ENV_ID
-    capability = CAPABILITY
-    initial_world_from_task = True
-    version = 0
-    default_max_turns = 20
-    tools = ToolSet(
-        pick_tools(
-            "get_customer",
-            "get_order",
-            "get_reservation",
-            "get_payment_method",
-            "search_flights",
-            "get_flight",
-            "cancel_order",
-            "modify_order_address",
-            "cancel_reservation",
-            "book_reservation",
-            "add_baggage",
-            "update_reservation_payment",
-            "update_reservation_flights",
-        )
+# -- the spec ---------------------------------------------------------------------------------
+def instructions(task: MultistepTask) -> str:
+    return (
+        "The customer has several requests. Carry out every one of them with the tools, in "
+        "an order that works, using the ids and values the tools return. Change nothing "
+        "the customer did not ask for. Only when everything is done, tell the customer in "
+        "a message without a tool call; the customer leaves when you say you are finished."
     )
 
-    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> MultistepTask:
-        return generate_task(rng, MultistepConfig.from_difficulty(difficulty, config))
 
-    def build_world(self, task: MultistepTask) -> World:
-        return World.from_dict(task.world)
+def hint(task: MultistepTask) -> str:
+    return (
+        "Before acting, list every change the customer asked for. Mark which ones need a "
+        "result of another step (something a search or a record lookup shows, or the id "
+        "of a record you create) and do each of those after that step, copying the "
+        "returned value exactly rather than guessing it. Tick the changes off as the tools "
+        "confirm them; when you report back, listen for any further request, and say you "
+        "are finished only once every change is done."
+    )
 
-    def make_user(self, task: MultistepTask) -> ScriptedUser:
-        return MultistepUser(task)
 
-    def system_prompt(self, task: MultistepTask) -> str:
-        return (
-            "You are a customer-service agent for Tracewell, an online shop and travel agency. "
-            f"The current time is {task.world['now']}.\n\n"
-            "The customer has several requests. Carry out every one of them with the tools, in "
-            "an order that works, using the ids and values the tools return. Change nothing "
-            "the customer did not ask for. Only when everything is done, tell the customer in "
-            "a message without a tool call; the customer leaves when you say you are finished."
-        )
+def task_oracle(task: MultistepTask) -> list[Any]:
+    return oracle(task, World.view(task.world))
 
-    def hint(self, task: MultistepTask) -> str:
-        return (
-            "Before acting, list every change the customer asked for. Mark which ones need a "
-            "result of another step (something a search or a record lookup shows, or the id "
-            "of a record you create) and do each of those after that step, copying the "
-            "returned value exactly rather than guessing it. Tick the changes off as the tools "
-            "confirm them; when you report back, listen for any further request, and say you "
-            "are finished only once every change is done."
-        )
 
-    def verify(self, task: MultistepTask, episode: EpisodeState) -> Verification:
-        return verify(task, episode)
+def features(task: MultistepTask) -> dict[str, Any]:
+    ops = task.ops
+    return {
+        "kinds": [op.kind for op in ops],
+        "n_operations": len(ops),
+        "n_dependencies": sum(len(op.reads) + (op.after is not None) for op in ops),
+        "n_info_from_result": sum(bool(op.reads) or op.after is not None for op in ops),
+        "interleaved": task.mentioned != sorted(task.mentioned) or task.held_back is not None,
+        "held_back": task.held_back is not None,
+        "n_distractors": task.n_distractors,
+    }
 
-    def oracle(self, task: MultistepTask) -> list[Any]:
-        return oracle(task, World.view(task.world))
 
-    def difficulty_features(self, task: MultistepTask) -> dict[str, Any]:
-        ops = task.ops
-        return {
-            "kinds": [op.kind for op in ops],
-            "n_operations": len(ops),
-            "n_dependencies": sum(len(op.reads) + (op.after is not None) for op in ops),
-            "n_info_from_result": sum(bool(op.reads) or op.after is not None for op in ops),
-            "interleaved": task.mentioned != sorted(task.mentioned) or task.held_back is not None,
-            "held_back": task.held_back is not None,
-            "n_distractors": task.n_distractors,
-        }
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Do the first sub-task (its reads and its write), then tell the customer everything is
+    done: the customer, hearing the agent is finished, leaves with the rest undone."""
+    turns: list[Any] = []
+    for turn in seg.actions:
+        if isinstance(turn, str):
+            continue  # a report that would bring up a held-back request
+        turns.append(turn)
+        if any(call_kind(seg.tools, c["name"]) == "write" for c in turn_calls(turn)):
+            break
+    return [*turns, FINAL]
+
+
+SPEC = CapabilitySpec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description="Carry out every part of a compound request of 2-6 operations (cancel, "
+    "change address, move payment, book the flight a search finds, add bags to the new "
+    "booking's id, rebook), each after the result it needs, before saying it is finished; "
+    "touch nothing else.",
+    config=MultistepConfig,
+    generate=generate_task,
+    verify=verify,
+    oracle=task_oracle,
+    user=MultistepUser,
+    instructions=instructions,
+    hint=hint,
+    features=features,
+    tools=(
+        "get_customer",
+        "get_order",
+        "get_reservation",
+        "get_payment_method",
+        "search_flights",
+        "get_flight",
+        "cancel_order",
+        "modify_order_address",
+        "cancel_reservation",
+        "book_reservation",
+        "add_baggage",
+        "update_reservation_payment",
+        "update_reservation_flights",
+    ),
+    max_turns=20,
+    tags=(
+        CAPABILITY,
+        "multi_step_task_completion",
+        "task_completion",
+        "compound_requests",
+        "dependent_operations",
+        "premature_termination",
+    ),
+    generate_into=generate_into,
+    verify_scoped=functools.partial(verify, scoped=True),
+    initial_world_from_task=True,
+    lapse=lapse,
+    env_name="MultistepEnv",
+)
+MultistepEnv = SPEC.env_class
+"""Multi-step task completion; see the module docstring for the full description."""

@@ -51,21 +51,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from trace_gym.core.config import apply_overrides
-from trace_gym.core.env import EpisodeState, TraceEnv
+from trace_gym.core.env import EpisodeState
+from trace_gym.core.plans import Segment, accepted, replace_call, turn_calls
 from trace_gym.core.seeding import StableRNG
-from trace_gym.core.tools import ToolSet
+from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs import payment_rules as pr
 from trace_gym.envs.commerce_common import DoneWhenUser, amounts_in, call, split_of
-from trace_gym.errors import ConfigError
-from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now
 from trace_gym.world.model import World
-from trace_gym.world.tools import pick_tools
 
 CAPABILITY = "payment_calculation"
 ENV_ID = "trace/payment-calc-v0"
@@ -82,44 +79,29 @@ READS = {
 
 # -- config -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class PaymentCalcConfig:
-    """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
+class PaymentCalcConfig(SpecConfig):
+    """Generator settings; :meth:`knobs` maps difficulty to them."""
 
-    max_gift_cards: int = 2
-    """Gift cards of a booking customer (0..3; at least max - 1)."""
-    max_certificates: int = 1
-    """Travel certificates of a booking customer (0..2; at least max - 1)."""
-    inactive_probability: float = 0.3
-    """Chance that one extra gift card or certificate is inactive (must be skipped)."""
-    n_refund_items: int = 3
-    """Items refunded (2..5)."""
-    opened_share: float = 0.45
-    """Chance that a refunded item was opened (restocking fee)."""
-    kinds: tuple[str, ...] = KINDS
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.max_gift_cards <= 3:
-            raise ConfigError(f"max_gift_cards must be in 0..3, got {self.max_gift_cards}")
-        if not 0 <= self.max_certificates <= 2:
-            raise ConfigError(f"max_certificates must be in 0..2, got {self.max_certificates}")
-        if not 2 <= self.n_refund_items <= 5:
-            raise ConfigError(f"n_refund_items must be in 2..5, got {self.n_refund_items}")
-        for name in ("inactive_probability", "opened_share"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if not self.kinds or set(self.kinds) - set(KINDS):
-            raise ConfigError(f"kinds must be a non-empty subset of {list(KINDS)}")
+    max_gift_cards: int = knob(2, low=0, high=3, doc="gift cards of a booking customer")
+    max_certificates: int = knob(1, low=0, high=2, doc="travel certificates of a booker")
+    inactive_probability: float = knob(
+        0.3, low=0.0, high=1.0, doc="one extra gift card or certificate is inactive"
+    )
+    n_refund_items: int = knob(3, low=2, high=5, doc="items refunded")
+    opened_share: float = knob(
+        0.45, low=0.0, high=1.0, doc="a refunded item was opened (restocking fee)"
+    )
+    kinds: tuple[str, ...] = knob(KINDS, choices=KINDS, doc="booking and/or refund tasks")
 
     @classmethod
-    def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> PaymentCalcConfig:
-        base = cls(
-            max_gift_cards=1 + round(2 * d),
-            max_certificates=1 + round(d),
-            inactive_probability=0.6 * d,
-            n_refund_items=2 + round(3 * d),
-            opened_share=0.2 + 0.5 * d,
-        )
-        return apply_overrides(base, overrides, "payment-calc")
+    def knobs(cls, d: float) -> dict[str, Any]:
+        return {
+            "max_gift_cards": 1 + round(2 * d),
+            "max_certificates": 1 + round(d),
+            "inactive_probability": 0.6 * d,
+            "n_refund_items": 2 + round(3 * d),
+            "opened_share": 0.2 + 0.5 * d,
+        }
 
 
 # -- task -------------------------------------------------------------------------------------
@@ -252,70 +234,102 @@ def make_user(task: PaymentCalcTask) -> ScriptedUser:
     return DoneWhenUser(task.opening, functools.partial(_tool_ran, WRITE_TOOL[task.kind]))
 
 
-# -- environment ------------------------------------------------------------------------------
-class PaymentCalcEnv(TraceEnv):
-    """Payment calculation; see the module docstring for the full description."""
+# -- the spec ---------------------------------------------------------------------------------
+def instructions(task: PaymentCalcTask) -> str:
+    return (
+        f"Payment policy:\n{pr.POLICY_TEXT}\n\n"
+        "Look amounts up with the tools; write every amount to the cent. When you are done, "
+        "tell the customer the total charged or refunded in a message without a tool call, "
+        "stating that total first, as a dollar amount like $123.45."
+    )
 
-    env_id = ENV_ID
-    capability = CAPABILITY
-    version = 0
-    default_max_turns = 10
-    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+
+def hint(task: PaymentCalcTask) -> str:
+    return (
+        "Read every record the amounts depend on (the fare or the order, and each payment "
+        "method's kind, status and balance). Compute the total first, then walk the policy "
+        "in order, capping each instrument at its balance or at what it paid, and skipping "
+        "inactive ones. Round each fee to the cent before adding; check that the parts add "
+        "up to the total before writing, and state the total first in your message."
+    )
+
+
+def task_oracle(task: PaymentCalcTask) -> list[Any]:
+    return oracle(task, World.view(task.world))  # read only
+
+
+def features(task: PaymentCalcTask) -> dict[str, Any]:
+    return {
+        "kind": task.kind,
+        "n_records": task.n_records,
+        "n_rules": task.n_rules,
+        "n_split_components": len(task.split),
+    }
+
+
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Get one step of the amounts wrong: forget one opened item's restocking fee (refunds),
+    or one step of the booking policy's walk (which certificate, how many, the gift cards'
+    order, skipping inactive ones); write that split and tell its total. Harmless when the
+    step did not matter (no opened item; one certificate; one gift card; none inactive)."""
+    task = seg.task
+    field_name = "payment_methods" if task.kind == "book" else "refunds"
+    tool = WRITE_TOOL[task.kind]
+    write = next(c for t in seg.actions for c in turn_calls(t) if c["name"] == tool)
+    if task.kind == "book":
+        split = pr.booking_split(seg.world, task.target, rng.choice(pr.BOOKING_MISTAKES))
+    else:
+        order = seg.world.tables["orders"][task.target["order_id"]]
+        opened = [i["item_id"] for i in order["items"]
+                  if i["opened"] and i["item_id"] in task.target["item_ids"]]  # fmt: skip
+        split = pr.refund_split(seg.world, task.target, rng.choice(opened) if opened else "")
+    parts = [{"payment_method_id": k, "amount": v / 100} for k, v in split.items()]
+    wrong = {"name": tool, "arguments": {**write["arguments"], field_name: parts}}
+    if wrong == write or not accepted(seg, wrong):
+        return seg.actions
+    told = f"The total is ${sum(split.values()) / 100:.2f}."
+    return [*replace_call(seg.actions, write, wrong)[:-1], told]
+
+
+SPEC = CapabilitySpec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description="Compute exact amounts across several records and rules (certificate, gift "
+    "cards, card; refunds with rounded restocking fees), write the payment split to the cent "
+    "and tell the customer the total.",
+    config=PaymentCalcConfig,
+    generate=generate_task,
+    verify=verify,
+    oracle=task_oracle,
+    user=make_user,
+    instructions=instructions,
+    hint=hint,
+    features=features,
+    tools=(
+        "get_customer",
+        "get_payment_method",
+        "get_flight",
+        "get_order",
+        "book_reservation",
+        "issue_refund",
+    ),
+    max_turns=10,
+    tags=(
+        CAPABILITY,
+        "numerical_reasoning",
+        "arithmetic_aggregation",
+        "payment_split",
+        "refund_calculation",
+    ),
+    knob_rates=(
         KnobRate("kind", 0.0, 0.5, 0.05, equals="book"),
         KnobRate("kind", 1.0, 0.5, 0.05, equals="book"),
-    )
-    template_floor: ClassVar[int] = 100
-    tools = ToolSet(
-        pick_tools(
-            "get_customer",
-            "get_payment_method",
-            "get_flight",
-            "get_order",
-            "book_reservation",
-            "issue_refund",
-        )
-    )
-
-    def generate(
-        self, rng: StableRNG, difficulty: float, config: dict[str, Any]
-    ) -> PaymentCalcTask:
-        return generate_task(rng, PaymentCalcConfig.from_difficulty(difficulty, config))
-
-    def build_world(self, task: PaymentCalcTask) -> World:
-        return World.from_dict(task.world)
-
-    def make_user(self, task: PaymentCalcTask) -> ScriptedUser:
-        return make_user(task)
-
-    def system_prompt(self, task: PaymentCalcTask) -> str:
-        return (
-            "You are a customer-service agent for Tracewell, an online shop and travel agency. "
-            f"The current time is {task.world['now']}.\n\n"
-            f"Payment policy:\n{pr.POLICY_TEXT}\n\n"
-            "Look amounts up with the tools; write every amount to the cent. When you are done, "
-            "tell the customer the total charged or refunded in a message without a tool call, "
-            "stating that total first, as a dollar amount like $123.45."
-        )
-
-    def hint(self, task: PaymentCalcTask) -> str:
-        return (
-            "Read every record the amounts depend on (the fare or the order, and each payment "
-            "method's kind, status and balance). Compute the total first, then walk the policy "
-            "in order, capping each instrument at its balance or at what it paid, and skipping "
-            "inactive ones. Round each fee to the cent before adding; check that the parts add "
-            "up to the total before writing, and state the total first in your message."
-        )
-
-    def verify(self, task: PaymentCalcTask, episode: EpisodeState) -> Verification:
-        return verify(task, episode)
-
-    def oracle(self, task: PaymentCalcTask) -> list[Any]:
-        return oracle(task, World(task.world["now"], task.world["tables"]))  # read only
-
-    def difficulty_features(self, task: PaymentCalcTask) -> dict[str, Any]:
-        return {
-            "kind": task.kind,
-            "n_records": task.n_records,
-            "n_rules": task.n_rules,
-            "n_split_components": len(task.split),
-        }
+    ),
+    template_floor=100,
+    generate_into=generate_into,
+    verify_scoped=functools.partial(verify, scoped=True),
+    lapse=lapse,
+    env_name="PaymentCalcEnv",
+)
+PaymentCalcEnv = SPEC.env_class
+"""Payment calculation; see the module docstring for the full description."""

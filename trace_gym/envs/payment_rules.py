@@ -105,8 +105,18 @@ def make_booking(rng: StableRNG, world: World, cfg: Any) -> Made:
     )
 
 
-def booking_split(world: World, target: dict[str, Any]) -> dict[str, int]:
-    """Cents per payment method for a booking, by the policy's order."""
+BOOKING_MISTAKES = (
+    "largest_certificate",
+    "one_certificate",
+    "smallest_gift_first",
+    "skip_inactive",
+)
+"""Steps of the booking walk an agent miscounting may get wrong (the deficit agents' lapse)."""
+
+
+def booking_split(world: World, target: dict[str, Any], mistake: str = "") -> dict[str, int]:
+    """Cents per payment method for a booking, by the policy's order; with ``mistake`` (one
+    of :data:`BOOKING_MISTAKES`) one step of the walk done wrong, the total still right."""
     flight = world.tables["flights"][target["flight_number"]]
     fare = cents(flight["cabins"][target["cabin"]]["price"])
     fare += cents(INSURANCE_FEE) if target["insurance"] else 0
@@ -114,12 +124,15 @@ def booking_split(world: World, target: dict[str, Any]) -> dict[str, int]:
     customer = world.tables["customers"][target["customer_id"]]
     pms = [world.tables["payment_methods"][k] for k in customer["payment_method_ids"]]
     active = [p for p in pms if p["status"] == "active"]
-    certs = sorted((p for p in active if p["kind"] == "certificate"),
+    usable = pms if mistake == "skip_inactive" else active
+    certs = sorted((p for p in usable if p["kind"] == "certificate"),
                    key=lambda p: (-cents(p["balance"]), p["payment_method_id"]))  # fmt: skip
-    gifts = sorted((p for p in active if p["kind"] == "gift_card"),
+    certs = certs[::-1] if mistake == "largest_certificate" else certs
+    gifts = sorted((p for p in usable if p["kind"] == "gift_card"),
                    key=lambda p: (cents(p["balance"]), p["payment_method_id"]))  # fmt: skip
+    gifts = gifts[::-1] if mistake == "smallest_gift_first" else gifts
     out: dict[str, int] = {}
-    for pm in certs[:1] + gifts:
+    for pm in (certs if mistake == "one_certificate" else certs[:1]) + gifts:
         take = min(due, cents(pm["balance"]))
         if take:
             out[pm["payment_method_id"]] = take
@@ -159,14 +172,16 @@ def make_refund(rng: StableRNG, world: World, cfg: Any) -> Made:
     )
 
 
-def refund_split(world: World, target: dict[str, Any]) -> dict[str, int]:
-    """Cents per payment method for a refund: fees per item, card first."""
+def refund_split(world: World, target: dict[str, Any], fee_forgotten: str = "") -> dict[str, int]:
+    """Cents per payment method for a refund: fees per item, card first; ``fee_forgotten``
+    names an opened item whose restocking fee a miscounting agent leaves out."""
     order = world.tables["orders"][target["order_id"]]
     items = {i["item_id"]: i for i in order["items"]}
     due = 0
     for item_id in target["item_ids"]:
         price = cents(items[item_id]["price"])
-        fee = (price * RESTOCKING_PERCENT + 50) // 100 if items[item_id].get("opened") else 0
+        charged = items[item_id].get("opened") and item_id != fee_forgotten
+        fee = (price * RESTOCKING_PERCENT + 50) // 100 if charged else 0
         due += price - fee
     out: dict[str, int] = {}
     card_pm, gift_pm = order["payments"][0], order["payments"][1]

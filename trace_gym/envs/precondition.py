@@ -70,16 +70,16 @@ the property suite check that no policy blind to the records wins.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from trace_gym.core.config import apply_overrides
-from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
+from trace_gym.core.env import CallRecord, EpisodeState
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
-from trace_gym.core.tools import ToolSet
+from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
-from trace_gym.errors import ConfigError
 from trace_gym.world.generate import draw_now, new_customer, new_order, new_reservation
 from trace_gym.world.model import World, world_diff
 from trace_gym.world.policy import (
@@ -91,7 +91,7 @@ from trace_gym.world.policy import (
     rules_for,
     violated_rules,
 )
-from trace_gym.world.tools import VOCABULARY, pick_tools, records_read, restrict_diff, touches
+from trace_gym.world.tools import VOCABULARY, records_read, restrict_diff, touches
 
 CAPABILITY = "precondition_verification"
 ENV_ID = "trace/precondition-v0"
@@ -123,43 +123,36 @@ REASON_SENTENCES = {
 
 # -- config -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class PreconditionConfig:
-    """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
+class PreconditionConfig(SpecConfig):
+    """Generator settings; :meth:`knobs` maps difficulty to them."""
 
-    n_rules: int = N_RULES
-    """Rules in force (capped by the request's pool of 9-10)."""
-    near_miss_probability: float = 0.4
-    """Chance that a rule with a boundary is planted right at it."""
-    n_distractors: int = 2
-    """Other orders and reservations of the same customer."""
-    inactive_violation_probability: float = 0.25
-    """Chance that a rule *not* in force is violated in the data (a red herring)."""
-    allowed_share: float = ALLOWED_SHARE
-    """Share of requests that are allowed."""
-    requests: tuple[str, ...] = tuple(REQUESTS)
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.n_rules <= MAX_RULES:
-            raise ConfigError(f"n_rules must be in 1..{MAX_RULES}, got {self.n_rules}")
-        for name in ("near_miss_probability", "inactive_violation_probability", "allowed_share"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"{name} must be in [0, 1], got {value}")
-        if not 0 <= self.n_distractors <= 20:
-            raise ConfigError(f"n_distractors must be in 0..20, got {self.n_distractors}")
-        unknown = set(self.requests) - set(REQUESTS)
-        if not self.requests or unknown:
-            raise ConfigError(f"requests must be a non-empty subset of {sorted(REQUESTS)}")
+    n_rules: int = knob(
+        N_RULES, low=1, high=MAX_RULES, doc="rules in force (capped by the request's pool)"
+    )
+    near_miss_probability: float = knob(
+        0.4, low=0.0, high=1.0, doc="a rule with a boundary is planted right at it"
+    )
+    n_distractors: int = knob(
+        2, low=0, high=20, doc="other orders and reservations of the same customer"
+    )
+    inactive_violation_probability: float = knob(
+        0.25, low=0.0, high=1.0, doc="a rule not in force is violated in the data"
+    )
+    allowed_share: float = knob(
+        ALLOWED_SHARE, low=0.0, high=1.0, doc="share of requests that are allowed"
+    )
+    requests: tuple[str, ...] = knob(
+        tuple(REQUESTS), choices=tuple(REQUESTS), doc="request kinds to draw from"
+    )
 
     @classmethod
-    def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> PreconditionConfig:
-        base = cls(
-            n_rules=N_RULES,
-            near_miss_probability=0.8 * d,
-            n_distractors=round(4 * d),
-            inactive_violation_probability=0.5 * d,
-        )
-        return apply_overrides(base, overrides, "precondition")
+    def knobs(cls, d: float) -> dict[str, Any]:
+        return {
+            "n_rules": N_RULES,
+            "near_miss_probability": 0.8 * d,
+            "n_distractors": round(4 * d),
+            "inactive_violation_probability": 0.5 * d,
+        }
 
 
 # -- task -------------------------------------------------------------------------------------
@@ -444,88 +437,112 @@ class PreconditionUser(ScriptedUser):
         return UserReply("Thank you, that's all I needed.", done=True) if decided else None
 
 
-# -- environment ------------------------------------------------------------------------------
-class PreconditionEnv(TraceEnv):
-    """Precondition verification; see the module docstring for the full description."""
+# -- the spec ---------------------------------------------------------------------------------
+def user(task: PreconditionTask) -> PreconditionUser:
+    return PreconditionUser(task.opening)
 
-    env_id = ENV_ID
-    capability = CAPABILITY
-    version = 0
-    default_max_turns = 12
-    tools = ToolSet(
-        pick_tools(
-            "get_customer",
-            "get_order",
-            "get_reservation",
-            "get_payment_method",
-            "cancel_order",
-            "return_order",
-            "cancel_reservation",
-            "refuse",
-            "transfer_to_human",
-        )
+
+def instructions(task: PreconditionTask) -> str:
+    request = REQUESTS[task.request]
+    rules = {r.code: r for r in rules_for(task.request)}
+    lines = "\n".join(
+        f"{i}. [{code}] {rules[code].text}" for i, code in enumerate(task.rule_codes, 1)
+    )
+    return (
+        f"Policy for {request.noun} requests (the rules in force today):\n{lines}\n\n"
+        f"{GRANT_AND_REFUSE}Look records up with the tools instead of trusting what the "
+        "customer says. When you are done, tell the customer the outcome in a message "
+        "without a tool call."
     )
 
-    def generate(
-        self, rng: StableRNG, difficulty: float, config: dict[str, Any]
-    ) -> PreconditionTask:
-        return generate_task(rng, PreconditionConfig.from_difficulty(difficulty, config))
 
-    def build_world(self, task: PreconditionTask) -> World:
-        return World.from_dict(task.world)
+def hint(task: PreconditionTask) -> str:
+    return (
+        "Before any state-changing call, look up every record the rules in force depend on: "
+        "the record in question and, where a rule mentions them, the customer's membership "
+        "and the refund payment method. Check each rule against the data, minding exact "
+        "boundaries (a limit of N days includes day N). Act only if every rule holds; "
+        "otherwise change nothing and refuse, naming the rule that fails. Ignore rules "
+        "that are not in force."
+    )
 
-    def make_user(self, task: PreconditionTask) -> ScriptedUser:
-        return PreconditionUser(task.opening)
 
-    def system_prompt(self, task: PreconditionTask) -> str:
-        request = REQUESTS[task.request]
-        rules = {r.code: r for r in rules_for(task.request)}
-        lines = "\n".join(
-            f"{i}. [{code}] {rules[code].text}" for i, code in enumerate(task.rule_codes, 1)
-        )
-        now = task.world["now"]
-        return (
-            "You are a customer-service agent for Tracewell, an online shop and travel agency. "
-            f"The current time is {now}.\n\n"
-            f"Policy for {request.noun} requests (the rules in force today):\n{lines}\n\n"
-            f"{GRANT_AND_REFUSE}Look records up with the tools instead of trusting what the "
-            "customer says. When you are done, tell the customer the outcome in a message "
-            "without a tool call."
-        )
+def listed_rules(task: PreconditionTask) -> list[str]:
+    """The rule codes the system prompt lists (information-free: the prompt shows them)."""
+    return list(task.rule_codes)
 
-    def hint(self, task: PreconditionTask) -> str:
-        return (
-            "Before any state-changing call, look up every record the rules in force depend on: "
-            "the record in question and, where a rule mentions them, the customer's membership "
-            "and the refund payment method. Check each rule against the data, minding exact "
-            "boundaries (a limit of N days includes day N). Act only if every rule holds; "
-            "otherwise change nothing and refuse, naming the rule that fails. Ignore rules "
-            "that are not in force."
-        )
 
-    def verify(self, task: PreconditionTask, episode: EpisodeState) -> Verification:
-        return verify(task, episode)
+def task_oracle(task: PreconditionTask) -> list[Any]:
+    return oracle(task, World.view(task.world))
 
-    def listed_rules(self, task: PreconditionTask) -> list[str]:
-        """The rule codes the system prompt lists (information-free: the prompt shows them)."""
-        return list(task.rule_codes)
 
-    def requested_call(self, task: PreconditionTask) -> dict[str, Any]:
-        """The write the customer asks for, with only what the opening message states."""
-        return requested_call(task)
+def features(task: PreconditionTask) -> dict[str, Any]:
+    world = World.view(task.world)
+    needed = needed_records(task, world)
+    return {
+        "request": task.request,
+        "n_rules": len(task.rule_codes),
+        "n_deciding_records": len(needed),
+        "n_nested_records": len(needed) - 1,
+        "n_near_miss": len(task.near_miss),
+        "n_distractors": task.n_distractors,
+        "n_inactive_violations": len(task.inactive_violations),
+    }
 
-    def oracle(self, task: PreconditionTask) -> list[Any]:
-        return oracle(task, World.view(task.world))
 
-    def difficulty_features(self, task: PreconditionTask) -> dict[str, Any]:
-        world = World.view(task.world)
-        needed = needed_records(task, world)
-        return {
-            "request": task.request,
-            "n_rules": len(task.rule_codes),
-            "n_deciding_records": len(needed),
-            "n_nested_records": len(needed) - 1,
-            "n_near_miss": len(task.near_miss),
-            "n_distractors": task.n_distractors,
-            "n_inactive_violations": len(task.inactive_violations),
-        }
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Read only the record in question; refuse only when it alone shows the violation,
+    otherwise carry out the request (the rules that need other records go unchecked)."""
+    task, plan = seg.task, seg.actions
+    request = REQUESTS[task.request]
+    own_record = [(request.table, task.target_id)]
+    if (
+        task.violated
+        and deciding_records(seg.world, task.request, task.target_id, [task.violated]) == own_record
+    ):
+        return [plan[0], *plan[-2:]]  # the violation is in plain sight: refuse as the oracle
+    write = {"name": request.write_tool, "arguments": dict(task.reference_arguments)}
+    return [plan[0], write, f"Done: your {request.noun} {task.target_id} has been processed."]
+
+
+SPEC = CapabilitySpec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description="Read the records that decide a policy's eligibility rules before a "
+    "state-changing call; perform it when allowed, refuse naming the violated rule otherwise.",
+    config=PreconditionConfig,
+    generate=generate_task,
+    verify=verify,
+    oracle=task_oracle,
+    user=user,
+    instructions=instructions,
+    hint=hint,
+    features=features,
+    tools=(
+        "get_customer",
+        "get_order",
+        "get_reservation",
+        "get_payment_method",
+        "cancel_order",
+        "return_order",
+        "cancel_reservation",
+        "refuse",
+        "transfer_to_human",
+    ),
+    max_turns=12,
+    tags=(
+        CAPABILITY,
+        "eligibility_checking",
+        "policy_adherence",
+        "verify_before_write",
+        "rule_following",
+    ),
+    listed_rules=listed_rules,
+    requested_call=requested_call,
+    generate_into=generate_into,
+    verify_scoped=functools.partial(verify, scoped=True),
+    lapse=lapse,
+    env_name="PreconditionEnv",
+)
+PreconditionEnv = SPEC.env_class
+"""Precondition verification; see the module docstring for the full description."""

@@ -68,18 +68,17 @@ The rates are declared in ``RecoverCommunicateEnv.knob_rates`` and hold over 1,0
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from trace_gym.core.config import apply_overrides
-from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
+from trace_gym.core.env import CallRecord, EpisodeState
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
-from trace_gym.core.tools import ToolSet
+from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
-from trace_gym.errors import ConfigError
-from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_payment_method
 from trace_gym.world.model import World, cents, day_offset, money, world_diff
 from trace_gym.world.support_records import (
@@ -88,7 +87,7 @@ from trace_gym.world.support_records import (
     support_customer,
     support_order,
 )
-from trace_gym.world.tools import VOCABULARY, pick_tools, records_read, restrict_diff, touches
+from trace_gym.world.tools import VOCABULARY, records_read, restrict_diff, touches
 from trace_gym.world.tools_support import (
     DELIVERY_WINDOWS,
     SCHEDULE_HORIZON_DAYS,
@@ -174,52 +173,45 @@ BACKUP_TEXTS = {
 
 # -- config -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class RecoverConfig:
-    """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
+class RecoverConfig(SpecConfig):
+    """Generator settings; :meth:`knobs` maps difficulty to them."""
 
-    n_faults: int = 2
-    """Most faults blocking the request (1-3; each task has this many or one fewer, at least
-    one; a delivery booking has at most 2)."""
-    nested_probability: float = 0.4
-    """Chance that a hold (without an account lock) also needs identity verification."""
-    vague_error_probability: float = 0.3
-    """Chance that the order is a legacy one whose errors name no cause."""
-    n_other_cards: int = 1
-    """Closed or expired cards of the customer besides the order's card and the backup."""
-    decoy_backup_probability: float = 0.4
-    """Chance that, without a card fault, the customer still names a backup card."""
-    no_dob_probability: float = 0.25
-    """Chance that the opening gives no date of birth (it must be asked for when needed)."""
-    booking_share: float = 0.35
-    """Share of requests that book a delivery slot instead of upgrading the shipping."""
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.n_faults <= len(FAULTS):
-            raise ConfigError(f"n_faults must be in 1..{len(FAULTS)}, got {self.n_faults}")
-        for name in (
-            "nested_probability",
-            "vague_error_probability",
-            "decoy_backup_probability",
-            "no_dob_probability",
-            "booking_share",
-        ):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"{name} must be in [0, 1], got {value}")
-        if not 0 <= self.n_other_cards <= 5:
-            raise ConfigError(f"n_other_cards must be in 0..5, got {self.n_other_cards}")
+    n_faults: int = knob(
+        2,
+        low=1,
+        high=len(FAULTS),
+        doc="most faults blocking the request (each task has this many or one fewer, at "
+        "least one; a delivery booking has at most 2)",
+    )
+    nested_probability: float = knob(
+        0.4, low=0.0, high=1.0, doc="a hold (without a lock) also needs identity verification"
+    )
+    vague_error_probability: float = knob(
+        0.3, low=0.0, high=1.0, doc="the order is a legacy one whose errors name no cause"
+    )
+    n_other_cards: int = knob(
+        1, low=0, high=5, doc="closed or expired cards besides the order's and the backup"
+    )
+    decoy_backup_probability: float = knob(
+        0.4, low=0.0, high=1.0, doc="without a card fault, the customer names a backup card"
+    )
+    no_dob_probability: float = knob(
+        0.25, low=0.0, high=1.0, doc="the opening gives no date of birth"
+    )
+    booking_share: float = knob(
+        0.35, low=0.0, high=1.0, doc="requests that book a delivery slot instead of upgrading"
+    )
 
     @classmethod
-    def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> RecoverConfig:
-        base = cls(
-            n_faults=1 + round(2 * d),
-            nested_probability=0.8 * d,
-            vague_error_probability=0.6 * d,
-            n_other_cards=round(2 * d),
-            decoy_backup_probability=0.8 * d,
-            no_dob_probability=0.5 * d,
-        )
-        return apply_overrides(base, overrides, "recover")
+    def knobs(cls, d: float) -> dict[str, Any]:
+        return {
+            "n_faults": 1 + round(2 * d),
+            "nested_probability": 0.8 * d,
+            "vague_error_probability": 0.6 * d,
+            "n_other_cards": round(2 * d),
+            "decoy_backup_probability": 0.8 * d,
+            "no_dob_probability": 0.5 * d,
+        }
 
 
 # -- task -------------------------------------------------------------------------------------
@@ -663,27 +655,118 @@ class RecoverUser(ScriptedUser):
         return UserReply(" ".join(parts)) if parts else None
 
 
-# -- environment ------------------------------------------------------------------------------
-class RecoverCommunicateEnv(TraceEnv):
-    """Error recovery and communication; see the module docstring for the full description."""
+# -- the spec ---------------------------------------------------------------------------------
+def user(task: RecoverTask) -> RecoverUser:
+    return RecoverUser(task, World.view(task.world))
 
-    env_id = ENV_ID
-    capability = CAPABILITY
-    version = 0
-    default_max_turns = 14
-    tools = ToolSet(
-        pick_tools(
-            "get_customer",
-            "get_order",
-            "get_payment_method",
-            "verify_identity",
-            "release_order_hold",
-            "set_order_payment_method",
-            "upgrade_shipping",
-            "schedule_delivery",
-        )
+
+def instructions(task: RecoverTask) -> str:
+    return (
+        "Use the tools to look records up and to make changes. A tool that refuses says "
+        "why as 'cause=<code>: <reason>'. Change only what the customer's request needs. "
+        "Verify a customer's identity only with the date of birth they tell you, and do "
+        "not ask them for details they already gave. When you are done, tell the "
+        "customer the outcome in a message without a tool call; write amounts with two "
+        "decimals (12.34) and dates as YYYY-MM-DD."
     )
-    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+
+
+def hint(task: RecoverTask) -> str:
+    return (
+        "When a call fails, read the cause in the error; if it is generic, look at the "
+        "account, the order and its payment method to find what blocks it. Remove each "
+        "blocker with the tool made for it, using only details the customer gave (ask for "
+        "one only if they have not given it), then retry; a fix can have its own "
+        "prerequisite. Do not change anything that is not blocking. Finish with a short "
+        "message that states the exact values the successful call returned."
+    )
+
+
+def task_oracle(task: RecoverTask) -> list[Any]:
+    return oracle(task, World.from_dict(task.world))
+
+
+def requested_call(task: RecoverTask) -> dict[str, Any] | None:
+    """The call the customer asks for, exactly as stated (it fails until fixed)."""
+    return dict(task.request_call)
+
+
+def features(task: RecoverTask) -> dict[str, Any]:
+    cards = [k for t, k in task.owned if t == "payment_methods"]
+    return {
+        "kind": task.kind,
+        "n_faults": len(task.faults),
+        "chain_length": len(task.fix_calls),
+        "nested_prerequisite": NESTED in task.faults,
+        "vague_errors": task.vague_errors,
+        "n_cards": len(cards),
+        "decoy_backup": bool(task.backup_card) and not task.faulty_card,
+        "dob_not_given": not task.dob_in_opening,
+    }
+
+
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Do not recover from the typed error, in one of three ways (drawn per task):
+
+    * ``retry``: make the request, ignore the error, retry it unchanged, apologise until the
+      customer gives up;
+    * ``first_fix``: read, make only the first fix, retry, and give up at the next error
+      (harmless when one fix was all the task needed);
+    * ``no_result``: recover fully but tell the customer none of the result's values.
+    """
+    task, plan = seg.task, seg.actions
+    upgrade = dict(task.request_call)
+    fixes = [c for i, c in enumerate(task.fix_calls) if c not in task.fix_calls[:i]]
+    sorry = f"I'm sorry, I couldn't change order {task.order_id}: the system refused it."
+    # the customer leaves after this many messages without a successful upgrade
+    give_up = [sorry] * RecoverUser.patience
+    way = rng.choice(("retry", "first_fix", "no_result"))
+    if way == "retry":
+        return [upgrade, upgrade, *give_up]
+    if way == "first_fix":
+        if len(fixes) <= 1:
+            return plan
+        return [*plan[: plan.index(fixes[0]) + 1], upgrade, *give_up]
+    return [*plan[:-1], f"Your request for order {task.order_id} has been taken care of."]
+
+
+SPEC = CapabilitySpec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description="Diagnose why a call fails (typed error or the records), make the "
+    "prerequisite calls that remove each cause, retry, and report the exact fee and date to "
+    "the customer without changing anything else.",
+    config=RecoverConfig,
+    generate=generate_task,
+    verify=verify,
+    oracle=task_oracle,
+    user=user,
+    instructions=instructions,
+    hint=hint,
+    features=features,
+    tools=(
+        "get_customer",
+        "get_order",
+        "get_payment_method",
+        "verify_identity",
+        "release_order_hold",
+        "set_order_payment_method",
+        "upgrade_shipping",
+        "schedule_delivery",
+    ),
+    max_turns=14,
+    tags=(
+        CAPABILITY,
+        "error_recovery",
+        "tool_execute_communicate",
+        "diagnose_fix_retry",
+        "result_reporting",
+    ),
+    preamble="You are a customer-service agent for Tracewell, an online shop.",
+    requested_call=requested_call,
+    # Documented rates as shares of all tasks (the docstring's table gives each knob's chance
+    # where it can apply).
+    knob_rates=(
         KnobRate("vague_errors", 0.0, 0.0, 0.0),
         KnobRate("vague_errors", 0.5, 0.3),
         KnobRate("vague_errors", 1.0, 0.6),
@@ -698,63 +781,13 @@ class RecoverCommunicateEnv(TraceEnv):
         # a hold without a lock in 0.65 * 1/2 * 1/3 of tasks, nested in 80 % of those
         KnobRate("nested_prerequisite", 0.0, 0.0, 0.0),
         KnobRate("nested_prerequisite", 1.0, 0.087, 0.03),
-    )
-    """Documented rates as shares of all tasks (the docstring's table gives each knob's
-    chance where it can apply)."""
-    template_floor: ClassVar[int] = 400
-    """Distinct masked task templates per 1,000 seeds (570-840 measured by difficulty; the
-    first draft had 6-8)."""
-
-    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> RecoverTask:
-        return generate_task(rng, RecoverConfig.from_difficulty(difficulty, config))
-
-    def build_world(self, task: RecoverTask) -> World:
-        return World.from_dict(task.world)
-
-    def make_user(self, task: RecoverTask) -> ScriptedUser:
-        return RecoverUser(task, World(task.world["now"], task.world["tables"]))
-
-    def system_prompt(self, task: RecoverTask) -> str:
-        return (
-            "You are a customer-service agent for Tracewell, an online shop. "
-            f"The current time is {task.world['now']}.\n\n"
-            "Use the tools to look records up and to make changes. A tool that refuses says "
-            "why as 'cause=<code>: <reason>'. Change only what the customer's request needs. "
-            "Verify a customer's identity only with the date of birth they tell you, and do "
-            "not ask them for details they already gave. When you are done, tell the "
-            "customer the outcome in a message without a tool call; write amounts with two "
-            "decimals (12.34) and dates as YYYY-MM-DD."
-        )
-
-    def hint(self, task: RecoverTask) -> str:
-        return (
-            "When a call fails, read the cause in the error; if it is generic, look at the "
-            "account, the order and its payment method to find what blocks it. Remove each "
-            "blocker with the tool made for it, using only details the customer gave (ask for "
-            "one only if they have not given it), then retry; a fix can have its own "
-            "prerequisite. Do not change anything that is not blocking. Finish with a short "
-            "message that states the exact values the successful call returned."
-        )
-
-    def verify(self, task: RecoverTask, episode: EpisodeState) -> Verification:
-        return verify(task, episode)
-
-    def oracle(self, task: RecoverTask) -> list[Any]:
-        return oracle(task, World.from_dict(task.world))
-
-    def requested_call(self, task: RecoverTask) -> dict[str, Any] | None:
-        """The call the customer asks for, exactly as stated (it fails until fixed)."""
-        return dict(task.request_call)
-
-    def difficulty_features(self, task: RecoverTask) -> dict[str, Any]:
-        cards = [k for t, k in task.owned if t == "payment_methods"]
-        return {
-            "kind": task.kind,
-            "n_faults": len(task.faults),
-            "chain_length": len(task.fix_calls),
-            "nested_prerequisite": NESTED in task.faults,
-            "vague_errors": task.vague_errors,
-            "n_cards": len(cards),
-            "decoy_backup": bool(task.backup_card) and not task.faulty_card,
-            "dob_not_given": not task.dob_in_opening,
-        }
+    ),
+    # distinct masked task templates per 1,000 seeds: 570-840 measured by difficulty
+    template_floor=400,
+    generate_into=generate_into,
+    verify_scoped=functools.partial(verify, scoped=True),
+    lapse=lapse,
+    env_name="RecoverCommunicateEnv",
+)
+RecoverCommunicateEnv = SPEC.env_class
+"""Error recovery and communication; see the module docstring for the full description."""

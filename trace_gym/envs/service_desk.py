@@ -51,14 +51,13 @@ import dataclasses
 import importlib
 from dataclasses import dataclass, field
 from functools import cache
-from types import ModuleType
 from typing import Any
 
-from trace_gym.agents.deficit import Segment
-from trace_gym.core.config import apply_overrides
-from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
+from trace_gym.core.env import CallRecord, EpisodeState
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
-from trace_gym.core.tools import Tool, ToolSet
+from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
+from trace_gym.core.tools import Tool
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification
 from trace_gym.errors import ConfigError
@@ -85,44 +84,14 @@ TOGETHER_AT_MAX = 0.5
 
 
 # -- members ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Member:
-    """One capability module usable in the composite."""
-
-    short: str
-    capability: str
-    module: ModuleType
-    env_class: type[TraceEnv]
-    config_class: type
-
-    def make_config(self, difficulty: float) -> Any:
-        return self.config_class.from_difficulty(difficulty, {})
-
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
-        # Modules do not pickle: a member travels by name (pickle / deepcopy of a live env).
-        return _member_named, (self.short,)
-
-
-def _member(short: str) -> Member | None:
-    """The module ``trace_gym.envs.<short>`` as a member, or None if absent or not composable."""
+def _member(short: str) -> CapabilitySpec | None:
+    """``trace_gym.envs.<short>.SPEC`` when it exists and can be composed (else None)."""
     try:
         module = importlib.import_module(f"trace_gym.envs.{short}")
     except ImportError:
         return None
-    if not all(hasattr(module, a) for a in ("CAPABILITY", "generate_into", "verify", "oracle")):
-        return None
-    own = [
-        v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__
-    ]
-    envs = [c for c in own if issubclass(c, TraceEnv) and c.capability == module.CAPABILITY]
-    configs = [c for c in own if dataclasses.is_dataclass(c) and hasattr(c, "from_difficulty")]
-    if len(envs) != 1 or len(configs) != 1:
-        return None
-    return Member(short, module.CAPABILITY, module, envs[0], configs[0])
-
-
-def _member_named(short: str) -> Member:
-    return next(m for m in members() if m.short == short)
+    spec = getattr(module, "SPEC", None)
+    return spec if isinstance(spec, CapabilitySpec) and spec.composable else None
 
 
 def _registered_ids() -> set[str]:
@@ -132,62 +101,51 @@ def _registered_ids() -> set[str]:
 
 
 @cache
-def members() -> tuple[Member, ...]:
-    """The installed, registered capability modules, in :data:`MEMBER_MODULES` order."""
+def members() -> tuple[CapabilitySpec, ...]:
+    """The installed, registered member specs, in :data:`MEMBER_MODULES` order."""
     ids = _registered_ids()
     found = [_member(s) for s in MEMBER_MODULES]
-    return tuple(m for m in found if m is not None and m.module.ENV_ID in ids)
+    return tuple(m for m in found if m is not None and m.id in ids)
 
 
-@cache
-def _probe(short: str) -> TraceEnv:
-    """A default instance of a member's environment, for its user, prompt and hint hooks."""
-    member = next(m for m in members() if m.short == short)
-    return member.env_class()
-
-
-def _union_tools() -> ToolSet:
+def _union_tools() -> tuple[Tool, ...]:
     seen: dict[str, Tool] = {}
     for m in members():
         for tool in m.env_class.tools:
             seen.setdefault(tool.name, tool)
-    return ToolSet(seen.values())
+    return tuple(seen.values())
 
 
 # -- config -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class ServiceDeskConfig:
-    """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
+class ServiceDeskConfig(SpecConfig):
+    """Generator settings; :meth:`knobs` maps difficulty to them."""
 
-    max_requests: int = 3
-    """Requests per task are drawn uniformly from 1..max_requests (capped by the pool)."""
-    together_probability: float = 0.25
-    """Chance that the opening message raises every request at once."""
-    capabilities: tuple[str, ...] = ()
-    """Restrict the pool to these capabilities (empty: every member)."""
-    member_difficulty: float = 0.5
-    """Difficulty each request is generated at."""
+    max_requests: int = knob(
+        3, low=1, high=MAX_REQUESTS, doc="requests per task: uniform in 1..max_requests"
+    )
+    together_probability: float = knob(
+        0.25, low=0.0, high=1.0, doc="the opening message raises every request at once"
+    )
+    capabilities: tuple[str, ...] = knob((), doc="restrict the pool (empty: every member)")
+    member_difficulty: float = knob(
+        0.5, low=0.0, high=1.0, doc="difficulty each request is generated at"
+    )
 
     def __post_init__(self) -> None:
-        if not 1 <= self.max_requests <= MAX_REQUESTS:
-            raise ConfigError(f"max_requests must be in 1..{MAX_REQUESTS}, got {self.max_requests}")
-        if not 0.0 <= self.together_probability <= 1.0:
-            raise ConfigError("together_probability must be in [0, 1]")
-        if not 0.0 <= self.member_difficulty <= 1.0:
-            raise ConfigError("member_difficulty must be in [0, 1]")
+        super().__post_init__()
         known = {m.capability for m in members()}
         unknown = sorted(set(self.capabilities) - known)
         if unknown:
             raise ConfigError(f"capabilities {unknown} are not installed; pool: {sorted(known)}")
 
     @classmethod
-    def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> ServiceDeskConfig:
-        base = cls(
-            max_requests=1 + round((MAX_REQUESTS - 1) * d),
-            together_probability=TOGETHER_AT_MAX * d,
-            member_difficulty=d,
-        )
-        return apply_overrides(base, overrides, "service-desk")
+    def knobs(cls, d: float) -> dict[str, Any]:
+        return {
+            "max_requests": 1 + round((MAX_REQUESTS - 1) * d),
+            "together_probability": TOGETHER_AT_MAX * d,
+            "member_difficulty": d,
+        }
 
 
 # -- task -------------------------------------------------------------------------------------
@@ -214,7 +172,9 @@ def generate_task(rng: StableRNG, cfg: ServiceDeskConfig) -> ServiceDeskTask:
     together = n > 1 and rng.bernoulli(cfg.together_probability)
     world = World(draw_now(rng))
     subtasks = [
-        m.module.generate_into(world, rng.child(m.capability), m.make_config(cfg.member_difficulty))
+        m.generate_into(  # type: ignore[misc]  (members are composable)
+            world, rng.child(m.capability), m.config.from_difficulty(cfg.member_difficulty, {})
+        )
         for m in chosen
     ]
     owned = [list(r) for t in subtasks for r in t.owned]
@@ -227,16 +187,16 @@ def generate_task(rng: StableRNG, cfg: ServiceDeskConfig) -> ServiceDeskTask:
     )
 
 
-def _member_of(capability: str) -> Member:
+def _member_of(capability: str) -> CapabilitySpec:
     return next(m for m in members() if m.capability == capability)
 
 
-_last_parts: list[tuple[Any, list[tuple[Member, Any]]]] = [(None, [])]
+_last_parts: list[tuple[Any, list[tuple[CapabilitySpec, Any]]]] = [(None, [])]
 """(the last task given to :func:`_parts`, its result), one tuple read and written whole so
 threads never mix two tasks: reset asks four times for the same task."""
 
 
-def _parts(task: ServiceDeskTask) -> list[tuple[Member, Any]]:
+def _parts(task: ServiceDeskTask) -> list[tuple[CapabilitySpec, Any]]:
     """(member, its task carrying the composite world) per request: the member hooks that
     read ``task.world`` (prompt, user, oracle) see the shared world."""
     last_task, last = _last_parts[0]
@@ -338,7 +298,7 @@ def verify(task: ServiceDeskTask, ep: EpisodeState) -> Verification:
     for i, (member, sub) in enumerate(
         zip(map(_member_of, task.capabilities), task.subtasks, strict=True)
     ):
-        result = member.module.verify(sub, views[i], scoped=True)
+        result = member.verify_scoped(sub, views[i])  # type: ignore[misc]
         total = sum(c.weight for c in result.checks)
         decided = result.decided
         for c in result.checks:  # the constructor, not dataclasses.replace: ~3x faster here
@@ -374,7 +334,7 @@ def oracle_segments(task: ServiceDeskTask) -> list[Segment]:
     """Each member oracle's turns on the shared world, in the order the requests come."""
     world = World.from_dict(task.world)
     return [
-        Segment(m.capability, sub, world, m.module.oracle(sub, world), m.env_class.tools)
+        Segment(m.capability, sub, world, m.oracle(sub), m.env_class.tools)
         for m, sub in _parts(task)
     ]
 
@@ -395,7 +355,7 @@ class ServiceDeskUser(ScriptedUser):
     def __init__(self, task: ServiceDeskTask) -> None:
         self.task = task
         self.parts = _parts(task)
-        self.users = [_probe(m.short).make_user(sub) for m, sub in self.parts]
+        self.users = [m.user(sub) for m, sub in self.parts]
         self.together = task.together
         opening = (
             " Also: ".join(u.opening for u in self.users)
@@ -427,59 +387,52 @@ class ServiceDeskUser(ScriptedUser):
         return UserReply(f"Thanks. One more request: {self.users[self.current].opening}")
 
 
-# -- environment ------------------------------------------------------------------------------
-class ServiceDeskEnv(TraceEnv):
-    """The composite target benchmark; see the module docstring for the full description."""
+# -- the spec ---------------------------------------------------------------------------------
+def instructions(task: ServiceDeskTask) -> str:
+    """Every request's instructions under one preamble (the spec's, said once)."""
+    sections = [
+        f"## Request {i}\n{m.instructions(sub)}" for i, (m, sub) in enumerate(_parts(task), 1)
+    ]
+    return (
+        "The customer may have several requests. Handle them one at a time, each under its "
+        "own instructions below, and only touch the records a request is about.\n\n"
+        + "\n\n".join(sections)
+    )
 
-    env_id = ENV_ID
-    capability = CAPABILITY
-    initial_world_from_task = True
-    version = 0
-    default_max_turns = 40
-    tools = _union_tools()
 
-    def generate(
-        self, rng: StableRNG, difficulty: float, config: dict[str, Any]
-    ) -> ServiceDeskTask:
-        return generate_task(rng, ServiceDeskConfig.from_difficulty(difficulty, config))
+def hint(task: ServiceDeskTask) -> str:
+    return "\n".join(f"- {m.hint(sub)}" for m, sub in _parts(task))
 
-    def build_world(self, task: ServiceDeskTask) -> World:
-        return World.from_dict(task.world)
 
-    def make_user(self, task: ServiceDeskTask) -> ScriptedUser:
-        return ServiceDeskUser(task)
+def features(task: ServiceDeskTask) -> dict[str, Any]:
+    return {
+        "capabilities": list(task.capabilities),
+        "n_requests": len(task.capabilities),
+        "together": task.together,
+        "requests": {m.short: m.features(sub) for m, sub in _parts(task)},
+    }
 
-    def system_prompt(self, task: ServiceDeskTask) -> str:
-        sections = [
-            f"## Request {i}\n{_probe(m.short).system_prompt(sub)}"
-            for i, (m, sub) in enumerate(_parts(task), 1)
-        ]
-        return (
-            "You are a customer-service agent for Tracewell, an online shop and travel agency. "
-            "The customer may have several requests. Handle them one at a time, each under its "
-            "own instructions below, and only touch the records a request is about.\n\n"
-            + "\n\n".join(sections)
-        )
 
-    def hint(self, task: ServiceDeskTask) -> str:
-        return "\n".join(f"- {_probe(m.short).hint(sub)}" for m, sub in _parts(task))
-
-    def verify(self, task: ServiceDeskTask, episode: EpisodeState) -> Verification:
-        return verify(task, episode)
-
-    def oracle(self, task: ServiceDeskTask) -> list[Any]:
-        return oracle(task)
-
-    def oracle_segments(self, task: ServiceDeskTask) -> list[Segment]:
-        """Per-capability parts of the oracle (the deficit agents lapse per part)."""
-        return oracle_segments(task)
-
-    def difficulty_features(self, task: ServiceDeskTask) -> dict[str, Any]:
-        return {
-            "capabilities": list(task.capabilities),
-            "n_requests": len(task.capabilities),
-            "together": task.together,
-            "requests": {
-                m.short: _probe(m.short).difficulty_features(sub) for m, sub in _parts(task)
-            },
-        }
+SPEC = CapabilitySpec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description="Composite target benchmark in the style of tau2-bench retail/airline; each "
+    "task needs 1-4 of the capability environments, and every check carries the capability "
+    "it exercises (ground truth for the diagnoser).",
+    config=ServiceDeskConfig,
+    generate=generate_task,
+    verify=verify,
+    oracle=oracle,
+    user=ServiceDeskUser,
+    instructions=instructions,
+    hint=hint,
+    features=features,
+    tools=_union_tools(),
+    max_turns=40,
+    tags=("composite", "target_benchmark", CAPABILITY),
+    oracle_segments=oracle_segments,
+    initial_world_from_task=True,
+    env_name="ServiceDeskEnv",
+)
+ServiceDeskEnv = SPEC.env_class
+"""The composite target benchmark; see the module docstring for the full description."""

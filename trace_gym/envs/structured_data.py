@@ -58,21 +58,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from trace_gym.core.config import apply_overrides
-from trace_gym.core.env import EpisodeState, TraceEnv
+from trace_gym.core.env import EpisodeState
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
-from trace_gym.core.tools import ToolSet
+from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs import structured_options as so
 from trace_gym.envs.commerce_common import DoneWhenUser, call, new_records, split_of
-from trace_gym.errors import ConfigError
-from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_customer
 from trace_gym.world.model import World, cents
-from trace_gym.world.tools import pick_tools
 
 CAPABILITY = "structured_data_reasoning"
 ENV_ID = "trace/structured-data-v0"
@@ -83,41 +80,31 @@ DETAILS_WEIGHT = 0.2
 
 # -- config -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class StructuredDataConfig:
-    """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
+class StructuredDataConfig(SpecConfig):
+    """Generator settings; :meth:`knobs` maps difficulty to them."""
 
-    n_constraints: int = 4
-    """Constraints of the request (capped by the domain's pool: 6 flights, 5 products)."""
-    n_candidates: int = 16
-    """Options in the search results, the answer included (at least 12 by default, so that
-    taking any one listed position wins rarely)."""
-    near_duplicate_share: float = 0.5
-    """Share of distractors that copy the answer and break one constraint."""
-    tight_threshold_probability: float = 0.4
-    """Chance that a distractor sits right next to a threshold (5 minutes, a dollar)."""
-    domains: tuple[str, ...] = DOMAINS
-
-    def __post_init__(self) -> None:
-        if not 2 <= self.n_constraints <= 6:
-            raise ConfigError(f"n_constraints must be in 2..6, got {self.n_constraints}")
-        if not 2 <= self.n_candidates <= 30:
-            raise ConfigError(f"n_candidates must be in 2..30, got {self.n_candidates}")
-        for name in ("near_duplicate_share", "tight_threshold_probability"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"{name} must be in [0, 1], got {value}")
-        if not self.domains or set(self.domains) - set(DOMAINS):
-            raise ConfigError(f"domains must be a non-empty subset of {list(DOMAINS)}")
+    n_constraints: int = knob(
+        4, low=2, high=6, doc="constraints of the request (capped by the domain's pool)"
+    )
+    n_candidates: int = knob(
+        16, low=2, high=30, doc="options in the search results, the answer included"
+    )
+    near_duplicate_share: float = knob(
+        0.5, low=0.0, high=1.0, doc="distractors that copy the answer and break one constraint"
+    )
+    tight_threshold_probability: float = knob(
+        0.4, low=0.0, high=1.0, doc="a distractor sits right next to a threshold"
+    )
+    domains: tuple[str, ...] = knob(DOMAINS, choices=DOMAINS, doc="flights and/or products")
 
     @classmethod
-    def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> StructuredDataConfig:
-        base = cls(
-            n_constraints=2 + round(4 * d),
-            n_candidates=12 + round(8 * d),
-            near_duplicate_share=0.2 + 0.6 * d,
-            tight_threshold_probability=0.8 * d,
-        )
-        return apply_overrides(base, overrides, "structured-data")
+    def knobs(cls, d: float) -> dict[str, Any]:
+        return {
+            "n_constraints": 2 + round(4 * d),
+            "n_candidates": 12 + round(8 * d),
+            "near_duplicate_share": 0.2 + 0.6 * d,
+            "tight_threshold_probability": 0.8 * d,
+        }
 
 
 # -- task -------------------------------------------------------------------------------------
@@ -284,83 +271,103 @@ def make_user(task: StructuredDataTask) -> ScriptedUser:
     return DoneWhenUser(task.opening, functools.partial(_booked, task))
 
 
-# -- environment ------------------------------------------------------------------------------
-class StructuredDataEnv(TraceEnv):
-    """Structured data reasoning; see the module docstring for the full description."""
+# -- the spec ---------------------------------------------------------------------------------
+def instructions(task: StructuredDataTask) -> str:
+    return (
+        "Find options with the search tools. Book or order exactly one option: the one "
+        "that meets every requirement the customer states and is best by the customer's "
+        "criterion. Never book an option that breaks a limit the customer calls absolute. "
+        "Add travel insurance only when asked. When you are done, tell the customer in a "
+        "message without a tool call."
+    )
 
-    env_id = ENV_ID
-    capability = CAPABILITY
-    version = 0
-    default_max_turns = 10
-    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+
+def hint(task: StructuredDataTask) -> str:
+    return (
+        "List every requirement of the request, including the implicit ones (cabin class, "
+        "stock). Run the search once, then check each candidate against each requirement, "
+        "reading nested fields (stops, per-cabin fares, variant options) rather than "
+        "headline values; watch values right at a threshold. Rank only the candidates that "
+        "pass every requirement and book just the best one."
+    )
+
+
+def task_oracle(task: StructuredDataTask) -> list[Any]:
+    return oracle(task, World.view(task.world))  # read only
+
+
+def features(task: StructuredDataTask) -> dict[str, Any]:
+    world = World.view(task.world)  # read only: no copy
+    constraints = [so.Constraint(**c) for c in task.constraints]
+    feasible = [
+        o
+        for o in task.candidates
+        if all(so.holds(c, so.option_attrs(world, task.domain, o)) for c in constraints)
+    ]
+    return {
+        "domain": task.domain,
+        "objective": task.objective,
+        "n_constraints": len(task.constraints),
+        "n_strict": sum(c.strict for c in constraints),
+        "n_candidates": len(task.candidates),
+        "n_near_duplicates": task.n_near_duplicates,
+        "n_feasible": len(feasible),
+    }
+
+
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Forget one constraint and book the best option under the others (a near miss when
+    a distractor breaks only that constraint; the right answer when none does)."""
+    task = seg.task
+    constraints = [so.Constraint(**c) for c in task.constraints]
+    forgotten = rng.below(len(constraints))
+    kept = constraints[:forgotten] + constraints[forgotten + 1 :]
+    best = so.feasible_optimum(seg.world, task.domain, kept, task.objective, task.candidates)
+    if not best:
+        return seg.actions
+    return oracle(dataclasses.replace(task, answer=best[0]), seg.world)
+
+
+SPEC = CapabilitySpec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description="Choose the unique option meeting 2-6 constraints among nested flight or "
+    "product search results with near-duplicate distractors, and book exactly that one.",
+    config=StructuredDataConfig,
+    generate=generate_task,
+    verify=verify,
+    oracle=task_oracle,
+    user=make_user,
+    instructions=instructions,
+    hint=hint,
+    features=features,
+    tools=(
+        "get_customer",
+        "search_flights",
+        "get_flight",
+        "search_products",
+        "get_product",
+        "book_reservation",
+        "place_order",
+    ),
+    max_turns=10,
+    tags=(
+        CAPABILITY,
+        "constraint_satisfaction",
+        "option_selection",
+        "search_result_filtering",
+        "data_lookup",
+    ),
+    knob_rates=(
         KnobRate("domain", 0.0, 0.5, 0.05, equals="flights"),
         KnobRate("domain", 1.0, 0.5, 0.05, equals="flights"),
         KnobRate("n_near_duplicates", 1.0, 1.0, 0.0),
-    )
-    template_floor: ClassVar[int] = 60
-    tools = ToolSet(
-        pick_tools(
-            "get_customer",
-            "search_flights",
-            "get_flight",
-            "search_products",
-            "get_product",
-            "book_reservation",
-            "place_order",
-        )
-    )
-
-    def generate(
-        self, rng: StableRNG, difficulty: float, config: dict[str, Any]
-    ) -> StructuredDataTask:
-        return generate_task(rng, StructuredDataConfig.from_difficulty(difficulty, config))
-
-    def build_world(self, task: StructuredDataTask) -> World:
-        return World.from_dict(task.world)
-
-    def make_user(self, task: StructuredDataTask) -> ScriptedUser:
-        return make_user(task)
-
-    def system_prompt(self, task: StructuredDataTask) -> str:
-        return (
-            "You are a customer-service agent for Tracewell, an online shop and travel agency. "
-            f"The current time is {task.world['now']}.\n\n"
-            "Find options with the search tools. Book or order exactly one option: the one "
-            "that meets every requirement the customer states and is best by the customer's "
-            "criterion. Never book an option that breaks a limit the customer calls absolute. "
-            "Add travel insurance only when asked. When you are done, tell the customer in a "
-            "message without a tool call."
-        )
-
-    def hint(self, task: StructuredDataTask) -> str:
-        return (
-            "List every requirement of the request, including the implicit ones (cabin class, "
-            "stock). Run the search once, then check each candidate against each requirement, "
-            "reading nested fields (stops, per-cabin fares, variant options) rather than "
-            "headline values; watch values right at a threshold. Rank only the candidates that "
-            "pass every requirement and book just the best one."
-        )
-
-    def verify(self, task: StructuredDataTask, episode: EpisodeState) -> Verification:
-        return verify(task, episode)
-
-    def oracle(self, task: StructuredDataTask) -> list[Any]:
-        return oracle(task, World(task.world["now"], task.world["tables"]))  # read only
-
-    def difficulty_features(self, task: StructuredDataTask) -> dict[str, Any]:
-        world = World(task.world["now"], task.world["tables"])  # read only: no copy
-        constraints = [so.Constraint(**c) for c in task.constraints]
-        feasible = [
-            o
-            for o in task.candidates
-            if all(so.holds(c, so.option_attrs(world, task.domain, o)) for c in constraints)
-        ]
-        return {
-            "domain": task.domain,
-            "objective": task.objective,
-            "n_constraints": len(task.constraints),
-            "n_strict": sum(c.strict for c in constraints),
-            "n_candidates": len(task.candidates),
-            "n_near_duplicates": task.n_near_duplicates,
-            "n_feasible": len(feasible),
-        }
+    ),
+    template_floor=60,
+    generate_into=generate_into,
+    verify_scoped=functools.partial(verify, scoped=True),
+    lapse=lapse,
+    env_name="StructuredDataEnv",
+)
+StructuredDataEnv = SPEC.env_class
+"""Structured data reasoning; see the module docstring for the full description."""

@@ -429,7 +429,7 @@ class SweRepairEnv(SweEnv):
 
     def oracle_segments(self, task: RepairTask) -> list[Any]:
         """The oracle plan, one segment per problem (its capability), then ``submit``."""
-        from trace_gym.agents.deficit import Segment
+        from trace_gym.core.plans import Segment
 
         world = self.episode.initial_world.snapshot()
         plan = oracle(task)

@@ -51,24 +51,24 @@ three replies without it; truncated at ``max_turns``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from trace_gym.core.config import apply_overrides
-from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
+from trace_gym.core.env import CallRecord, EpisodeState
+from trace_gym.core.plans import Segment, accepted, replace_call
 from trace_gym.core.seeding import StableRNG
-from trace_gym.core.tools import ToolSet
+from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs import tool_call_requests as rq
 from trace_gym.envs.commerce_common import DoneWhenUser, call
-from trace_gym.errors import ConfigError, ErrorCode
-from trace_gym.soundness import KnobRate
+from trace_gym.errors import ErrorCode
 from trace_gym.world.generate import draw_now, new_customer
-from trace_gym.world.model import World, world_diff
-from trace_gym.world.tools import VOCABULARY, pick_tools, restrict_diff
+from trace_gym.world.model import World, day_offset, world_diff
+from trace_gym.world.tools import VOCABULARY, restrict_diff
 
 CAPABILITY = "tool_call_precision"
 ENV_ID = "trace/tool-call-v0"
@@ -77,46 +77,32 @@ TOOL_WEIGHT, ARGUMENTS_WEIGHT, STATE_WEIGHT = 0.2, 0.6, 0.2
 
 # -- config -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class ToolCallConfig:
-    """Generator settings; :meth:`from_difficulty` maps difficulty to them."""
+class ToolCallConfig(SpecConfig):
+    """Generator settings; :meth:`knobs` maps difficulty to them."""
 
-    requests: tuple[str, ...] = tuple(rq.REQUESTS)
-    """Request kinds to draw from."""
-    nested_weight: float = 1.0
-    """Weight of the nested requests (address, passengers, flights) against the flat ones."""
-    max_passengers: int = 2
-    """Passengers of a reservation whose details are set (1..3)."""
-    relative_date_probability: float = 0.45
-    """Chance that a date is said relative to today instead of spelled out."""
-    n_similar_ids: int = 2
-    """Payment methods whose ids differ from the intended one by two swapped digits (0..3)."""
-
-    def __post_init__(self) -> None:
-        unknown = set(self.requests) - set(rq.REQUESTS)
-        if not self.requests or unknown:
-            raise ConfigError(f"requests must be a non-empty subset of {sorted(rq.REQUESTS)}")
-        if self.nested_weight < 0:
-            raise ConfigError(f"nested_weight must be >= 0, got {self.nested_weight}")
-        if not 1 <= self.max_passengers <= 3:
-            raise ConfigError(f"max_passengers must be in 1..3, got {self.max_passengers}")
-        if not 0.0 <= self.relative_date_probability <= 1.0:
-            raise ConfigError(
-                f"relative_date_probability must be in [0, 1], got {self.relative_date_probability}"
-            )
-        if not 0 <= self.n_similar_ids <= 3:
-            raise ConfigError(f"n_similar_ids must be in 0..3, got {self.n_similar_ids}")
+    requests: tuple[str, ...] = knob(
+        tuple(rq.REQUESTS), choices=tuple(rq.REQUESTS), doc="request kinds to draw from"
+    )
+    nested_weight: float = knob(
+        1.0, low=0.0, doc="weight of the nested requests (address, passengers, flights)"
+    )
+    max_passengers: int = knob(2, low=1, high=3, doc="passengers whose details are set")
+    relative_date_probability: float = knob(
+        0.45, low=0.0, high=1.0, doc="a date is said relative to today"
+    )
+    n_similar_ids: int = knob(
+        2, low=0, high=3, doc="payment methods whose ids differ by two swapped digits"
+    )
 
     @classmethod
-    def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> ToolCallConfig:
-        kinds = tuple(rq.REQUESTS) if d >= 0.25 else rq.FLAT
-        base = cls(
-            requests=kinds,
-            nested_weight=4 * d,
-            max_passengers=1 + round(2 * d),
-            relative_date_probability=0.9 * d,
-            n_similar_ids=round(3 * d),
-        )
-        return apply_overrides(base, overrides, "tool-call")
+    def knobs(cls, d: float) -> dict[str, Any]:
+        return {
+            "requests": tuple(rq.REQUESTS) if d >= 0.25 else rq.FLAT,
+            "nested_weight": 4 * d,
+            "max_passengers": 1 + round(2 * d),
+            "relative_date_probability": 0.9 * d,
+            "n_similar_ids": round(3 * d),
+        }
 
 
 # -- task -------------------------------------------------------------------------------------
@@ -252,87 +238,165 @@ def make_user(task: ToolCallTask) -> ScriptedUser:
     return DoneWhenUser(task.opening, functools.partial(_tool_ran, task.tool))
 
 
-# -- environment ------------------------------------------------------------------------------
-class ToolCallEnv(TraceEnv):
-    """Tool-call precision; see the module docstring for the full description."""
+# -- the spec ---------------------------------------------------------------------------------
+def instructions(task: ToolCallTask) -> str:
+    return (
+        f"The customer is verified. What you know:\n{task.context}\n\n"
+        "Carry out the customer's request with one precise tool call: the right tool, and "
+        "every argument exactly as the customer means it (dates as YYYY-MM-DD, states as "
+        "two-letter codes, empty strings for fields the customer has none of). When you "
+        "are done, tell the customer in a message without a tool call."
+    )
 
-    env_id = ENV_ID
-    capability = CAPABILITY
-    version = 0
-    default_max_turns = 8
-    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+
+def hint(task: ToolCallTask) -> str:
+    return (
+        "Pick the tool whose description matches the request, not a similar one. Fill "
+        "every argument from the request and the verified profile: map phrasing to the "
+        "enum member, resolve relative dates against the current time, write numbers as "
+        "numbers, and copy ids character by character; ids of different payment methods "
+        "can look alike, so match the kind the customer names."
+    )
+
+
+def requested_call(task: ToolCallTask) -> dict[str, Any]:
+    """The call the customer asks for, as they state it (the capability itself)."""
+    return {"name": task.tool, "arguments": dict(task.reference_arguments)}
+
+
+def task_oracle(task: ToolCallTask) -> list[Any]:
+    return oracle(task, World.view(task.world))  # read only
+
+
+def features(task: ToolCallTask) -> dict[str, Any]:
+    return {
+        "request": task.request,
+        "tool": task.tool,
+        "n_argument_leaves": task.n_leaves,
+        "nested": task.request in rq.NESTED,
+        "relative_date": task.relative_date,
+        "n_similar_ids": task.n_similar_ids,
+    }
+
+
+RECORD_ARGUMENTS = ("customer_id", "order_id", "reservation_id", "flight_number")
+"""Arguments naming the record a call is about: fumbling one would touch another record,
+which is a different mistake (and the composite would blame the request that owns it)."""
+
+
+def _leaves(value: Any, path: tuple = ()) -> list[tuple[tuple, Any]]:
+    """(path, leaf) of every scalar in nested arguments."""
+    if isinstance(value, dict):
+        return [leaf for k, v in value.items() for leaf in _leaves(v, (*path, k))]
+    if isinstance(value, list):
+        return [leaf for i, v in enumerate(value) for leaf in _leaves(v, (*path, i))]
+    return [(path, value)]
+
+
+def _with(value: Any, path: tuple, new: Any) -> Any:
+    """A deep copy of ``value`` with the leaf at ``path`` set to ``new``."""
+    out = copy.deepcopy(value)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = new
+    return out
+
+
+def _slips(seg: Segment, name: str, value: Any) -> list[Any]:
+    """Plausible wrong values for an argument field, from its name and its value."""
+    if name == "payment_method_id":  # a look-alike id (or the other instrument) of the customer
+        ids = [k for t, k in seg.task.owned if t == "payment_methods"]
+        return [k for k in ids if k != value]
+    if name == "reason":
+        return [r for r in rq.REASONS if r != value]
+    if name == "cabin":
+        return [c for c in ("basic_economy", "economy", "business") if c != value]
+    if name == "state":  # the spoken state name instead of its code
+        return [s for _, s, code, _ in rq.CITIES if code == value]
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return [value + 1, value - 1]
+    if isinstance(value, str) and len(value) == 10 and value[4] == "-" and value[7] == "-":
+        return [day_offset(f"{value}T00:00", k) for k in (1, -1)]  # an off-by-one date
+    if name == "first_name":
+        return [f"{value[0]}."]
+    if name == "zip" and len(value) >= 2:
+        return [value[:-2] + value[-1] + value[-2]]
+    return []
+
+
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Get one argument field of the request's write wrong (a look-alike payment id, another
+    enum member, an off-by-one date or count, a state name for its code), where the world
+    accepts the call anyway; the rest of the call is exact."""
+    task = seg.task
+    write = {"name": task.tool, "arguments": task.reference_arguments}
+    slips = [
+        {"name": task.tool, "arguments": _with(task.reference_arguments, path, wrong)}
+        for path, value in _leaves(task.reference_arguments)
+        if path[-1] not in RECORD_ARGUMENTS
+        for wrong in _slips(seg, str(path[-1]), value)
+    ]
+    slips = [s for s in slips if accepted(seg, s)]
+    if not slips:
+        return seg.actions
+    return replace_call(seg.actions, write, rng.choice(slips))
+
+
+SPEC = CapabilitySpec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description="Turn a plain-language request into one call with the right tool and exact "
+    "arguments (enums, nested objects, relative dates, the one payment method meant among "
+    "look-alike ids).",
+    config=ToolCallConfig,
+    generate=generate_task,
+    verify=verify,
+    oracle=task_oracle,
+    user=make_user,
+    instructions=instructions,
+    hint=hint,
+    features=features,
+    tools=(
+        "get_customer",
+        "get_order",
+        "get_reservation",
+        "get_payment_method",
+        "get_flight",
+        "cancel_order",
+        "cancel_reservation",
+        "update_reservation_payment",
+        "add_baggage",
+        "modify_order_address",
+        "update_reservation_passengers",
+        "update_reservation_flights",
+        "book_reservation",
+    ),
+    max_turns=8,
+    tags=(
+        CAPABILITY,
+        "argument_precision",
+        "function_calling",
+        "tool_selection",
+        "parameter_formatting",
+    ),
+    requested_call=requested_call,
+    information_free_exempt={
+        "grant_by_copying": "the task is copying the request into one exact call",
+    },
+    knob_rates=(
         KnobRate("relative_date", 0.0, 0.0, 0.0),
         KnobRate("relative_date", 1.0, 0.24, 0.05),  # 90 % of dates; a quarter of requests
         KnobRate("nested", 0.0, 0.0, 0.0),
         KnobRate("nested", 1.0, 0.8, 0.05),
-    )
-    template_floor: ClassVar[int] = 200
-    information_free_exempt: ClassVar[dict[str, str]] = {
-        "grant_by_copying": "the task is copying the request into one exact call",
-    }
-    tools = ToolSet(
-        pick_tools(
-            "get_customer",
-            "get_order",
-            "get_reservation",
-            "get_payment_method",
-            "get_flight",
-            "cancel_order",
-            "cancel_reservation",
-            "update_reservation_payment",
-            "add_baggage",
-            "modify_order_address",
-            "update_reservation_passengers",
-            "update_reservation_flights",
-            "book_reservation",
-        )
-    )
-
-    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> ToolCallTask:
-        return generate_task(rng, ToolCallConfig.from_difficulty(difficulty, config))
-
-    def build_world(self, task: ToolCallTask) -> World:
-        return World.from_dict(task.world)
-
-    def make_user(self, task: ToolCallTask) -> ScriptedUser:
-        return make_user(task)
-
-    def system_prompt(self, task: ToolCallTask) -> str:
-        return (
-            "You are a customer-service agent for Tracewell, an online shop and travel agency. "
-            f"The current time is {task.world['now']}.\n\n"
-            f"The customer is verified. What you know:\n{task.context}\n\n"
-            "Carry out the customer's request with one precise tool call: the right tool, and "
-            "every argument exactly as the customer means it (dates as YYYY-MM-DD, states as "
-            "two-letter codes, empty strings for fields the customer has none of). When you "
-            "are done, tell the customer in a message without a tool call."
-        )
-
-    def hint(self, task: ToolCallTask) -> str:
-        return (
-            "Pick the tool whose description matches the request, not a similar one. Fill "
-            "every argument from the request and the verified profile: map phrasing to the "
-            "enum member, resolve relative dates against the current time, write numbers as "
-            "numbers, and copy ids character by character; ids of different payment methods "
-            "can look alike, so match the kind the customer names."
-        )
-
-    def verify(self, task: ToolCallTask, episode: EpisodeState) -> Verification:
-        return verify(task, episode)
-
-    def requested_call(self, task: ToolCallTask) -> dict[str, Any]:
-        """The call the customer asks for, as they state it (the capability itself)."""
-        return {"name": task.tool, "arguments": dict(task.reference_arguments)}
-
-    def oracle(self, task: ToolCallTask) -> list[Any]:
-        return oracle(task, World(task.world["now"], task.world["tables"]))  # read only
-
-    def difficulty_features(self, task: ToolCallTask) -> dict[str, Any]:
-        return {
-            "request": task.request,
-            "tool": task.tool,
-            "n_argument_leaves": task.n_leaves,
-            "nested": task.request in rq.NESTED,
-            "relative_date": task.relative_date,
-            "n_similar_ids": task.n_similar_ids,
-        }
+    ),
+    template_floor=200,
+    generate_into=generate_into,
+    verify_scoped=functools.partial(verify, scoped=True),
+    lapse=lapse,
+    env_name="ToolCallEnv",
+)
+ToolCallEnv = SPEC.env_class
+"""Tool-call precision; see the module docstring for the full description."""
