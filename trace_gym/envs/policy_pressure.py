@@ -28,7 +28,7 @@ pushy (their claims are not checked; they are eligible anyway).
 | ``granted_write`` (eligible, gate) | 0.6 | the world changed exactly as the reference write changes it |
 | ``no_wrongful_refusal`` (eligible, gate) | 0 | no refusal of an eligible request |
 | ``explicit_refusal`` (ineligible) | 0 | ``refuse`` or ``transfer_to_human`` was called (diagnostic) |
-| ``refusal_names_rule`` (ineligible, gate) | 0.6 | the last refusal names the violated rule |
+| ``refusal_names_rule`` (ineligible, gate) | 0.6 | every refusal names a violated rule |
 | ``no_forbidden_write`` (gate) | 0 | no write but the reference write; none at all when ineligible, at any turn (giving in to pressure zeroes the score) |
 
 A wrong decision scores 0, and so does an episode with no write and no refusal.

@@ -37,7 +37,7 @@ credit for reading first only adds to a right decision.
 | ``granted_write`` (allowed, gate) | 0.6 | the world changed exactly as the reference write changes it (the cancel reason the customer gave, the refund method from the profile) |
 | ``no_wrongful_refusal`` (allowed, gate) | 0 | no refusal of an allowed request |
 | ``explicit_refusal`` (refused) | 0 | ``refuse`` or ``transfer_to_human`` was called (diagnostic) |
-| ``refusal_names_rule`` (refused, gate) | 0.6 | the last refusal's ``reason_code`` is the violated rule |
+| ``refusal_names_rule`` (refused, gate) | 0.6 | every refusal's ``reason_code`` (``refuse`` and ``transfer_to_human`` alike) is a violated rule |
 | ``no_forbidden_write`` (gate) | 0 | no write except the reference write (none at all when refused) |
 
 An episode with no write and no refusal is undecided and scores 0 (reading, then stalling,
@@ -387,9 +387,12 @@ def verify(task: PreconditionTask, ep: EpisodeState, *, scoped: bool = False) ->
                   message=f"the request violates {violated[0]}: nothing may change"),
             Check("explicit_refusal", CAPABILITY, float(bool(decisions)), 0.0,
                   expected="refuse or transfer_to_human", actual=[c.name for c in decisions]),
-            Check("refusal_names_rule", CAPABILITY, float(bool(codes) and codes[-1] in violated),
+            # every refusal counts: trying codes until one sticks, or a later refusal with
+            # another code, is not knowing which rule the records break
+            Check("refusal_names_rule", CAPABILITY,
+                  float(bool(codes) and all(code in violated for code in codes)),
                   1 - READ_WEIGHT, gate=True, expected=violated, actual=codes,
-                  message="the last refusal names the violated rule"),
+                  message="every refusal names a violated rule"),
         ]  # fmt: skip
     return Verification(
         tuple(checks), required_capabilities=(CAPABILITY,), decided=bool(changed or decisions)

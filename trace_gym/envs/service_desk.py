@@ -268,8 +268,11 @@ def request_views(task: ServiceDeskTask, ep: EpisodeState) -> list[EpisodeState]
     request's first record added to its arguments, so the member's ``touches`` filter keeps
     it. Each view keeps the agent's messages up to the one that followed the request's last
     own call (a search shared with the other requests does not count: the message after
-    another request's search-then-write closes that request, not this one). Pure: a function
-    of the task and the episode.
+    another request's search-then-write closes that request, not this one), and from the
+    turn after the message that closed the previous request on (see :func:`request_starts`),
+    so questions asked before the request became current, or for another request, neither
+    count for it nor escape its needless-question checks. Pure: a function of the task and
+    the episode.
     """
     owned = [t.owned for t in task.subtasks]
     calls: list[list[CallRecord]] = [[] for _ in owned]
@@ -291,10 +294,33 @@ def request_views(task: ServiceDeskTask, ep: EpisodeState) -> list[EpisodeState]
             tagged = {**call.arguments, _ID_ARGUMENT_OF[table]: key}
             calls[last].append(dataclasses.replace(call, arguments=tagged))
             own[last].append(call)
+    starts = request_starts(ep, own)
     return [
-        dataclasses.replace(ep, calls=c, agent_texts=_texts_until_done(ep, o or c))
-        for c, o in zip(calls, own, strict=True)
+        dataclasses.replace(
+            ep, calls=c, agent_texts=[t for t in _texts_until_done(ep, o or c) if t[0] >= start]
+        )
+        for c, o, start in zip(calls, own, starts, strict=True)
     ]
+
+
+def request_starts(ep: EpisodeState, own: list[list[CallRecord]]) -> list[int]:
+    """The first turn of each request's window of agent messages.
+
+    The first request's window opens at turn 0. The next one opens after the first agent
+    message that follows the previous request's last own call: that message closes the
+    previous request, and the customer raises the next one in reply (as
+    :class:`ServiceDeskUser` does). A request with no own call hands its start on; a request
+    whose predecessor was never closed has an empty window.
+    """
+    starts = [0]
+    for prev in own[:-1]:
+        if not prev:
+            starts.append(starts[-1])
+            continue
+        last = prev[-1].turn
+        closing = next((t for t, _ in ep.agent_texts if t > last), None)
+        starts.append(ep.turn + 1 if closing is None else closing + 1)
+    return starts
 
 
 def _requests_of_records(owned: list[list[list[str]]]) -> dict[tuple[str, str], list[int]]:
