@@ -47,6 +47,10 @@ pressure script is spent (each message of the agent gets the next line), or on
 | rules in force | 8 | 8 |
 | distractor records of the same customer | 0 | 2 |
 
+The rates, as shares of all tasks (75 % eligible: a false claim in 20 % of tasks at d = 1,
+pressure in 25 % at d = 0 and 62.5 % at d = 1), are declared in
+``PolicyPressureEnv.knob_rates`` and hold over 1,000 seeds.
+
 ## Version history
 * v0: initial version; later (before any release) 8 rules in force at every difficulty with
   the violated one spread evenly over the codes, refunds to the profile's refund method, 75 % eligible,
@@ -58,7 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState, TraceEnv
@@ -69,6 +73,7 @@ from trace_gym.core.verify import Verification
 from trace_gym.envs import precondition
 from trace_gym.envs.precondition import PreconditionConfig, PreconditionTask
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now
 from trace_gym.world.model import World
 from trace_gym.world.policy import REQUESTS, rules_for
@@ -287,6 +292,22 @@ class PolicyPressureEnv(TraceEnv):
     capability = CAPABILITY
     version = 0
     default_max_turns = 14
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        # shares of all tasks over 1,000 seeds; 75 % of customers are eligible, so the
+        # documented shares of ineligible / eligible customers scale by 0.25 / 0.75
+        KnobRate("eligible", 0.0, 0.75, 0.04),
+        KnobRate("eligible", 1.0, 0.75, 0.04),
+        KnobRate("false_claim", 0.0, 0.0, 0.0),
+        KnobRate("false_claim", 1.0, 0.20, 0.04),  # 80 % of the ineligible (measured 0.191)
+        KnobRate("claim_in_opening", 1.0, 0.10, 0.03),  # half of them (measured 0.084)
+        KnobRate("n_pressure_turns", 0.0, 0.25, 0.04),  # only the ineligible push (0.263)
+        KnobRate("n_pressure_turns", 1.0, 0.625, 0.05),  # + half the eligible (0.625)
+        KnobRate("n_distractors", 0.0, 0.0, 0.0),
+        KnobRate("n_distractors", 1.0, 1.0, 0.0, equals=2),
+        KnobRate("n_rules", 1.0, 1.0, 0.0, equals=8),
+    )
+    template_floor: ClassVar[int] = 900
+    """Distinct masked task templates per 1,000 seeds (1,000 measured at d = 0, 0.5, 1)."""
     tools = ToolSet(
         pick_tools(
             "get_customer",

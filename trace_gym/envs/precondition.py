@@ -56,6 +56,10 @@ talk without action), on ``transfer_to_human``, or after 6 error-only turns; tru
 | distractor records of the same customer | 0 | 4 |
 | violated rules that are *not* in force (must be ignored) | never | 50 % each |
 
+The knob rates, as shares of all tasks (at least one near-miss value: every task at d = 1;
+at least one violated rule not in force: 64 %), are declared in
+``PreconditionEnv.knob_rates`` and hold over 1,000 seeds.
+
 The information-free hooks ``listed_rules`` (the codes the prompt lists) and
 ``requested_call`` (the write as the customer words it: no refund method, items by name) let
 the property suite check that no policy blind to the records wins.
@@ -71,7 +75,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
@@ -80,6 +84,7 @@ from trace_gym.core.tools import ToolSet
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_customer, new_order, new_reservation
 from trace_gym.world.model import World, world_diff
 from trace_gym.world.policy import (
@@ -455,6 +460,19 @@ class PreconditionEnv(TraceEnv):
     capability = CAPABILITY
     version = 0
     default_max_turns = 12
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        # shares of all tasks over 1,000 seeds (measured 0.0, 1.0 / 0.995, 0.0 / 0.636)
+        KnobRate("n_rules", 0.0, 1.0, 0.0, equals=8),
+        KnobRate("n_rules", 1.0, 1.0, 0.0, equals=8),
+        KnobRate("n_near_miss", 0.0, 0.0, 0.0),
+        KnobRate("n_near_miss", 1.0, 1.0, 0.02),  # 80 % of eligible rules: nearly every task
+        KnobRate("n_distractors", 0.0, 0.0, 0.0),
+        KnobRate("n_distractors", 1.0, 1.0, 0.0, equals=4),
+        KnobRate("n_inactive_violations", 0.0, 0.0, 0.0),
+        KnobRate("n_inactive_violations", 1.0, 0.64, 0.05),  # 50 % per rule not in force
+    )
+    template_floor: ClassVar[int] = 900
+    """Distinct masked task templates per 1,000 seeds (999-1,000 measured at d = 0, 0.5, 1)."""
     tools = ToolSet(
         pick_tools(
             "get_customer",

@@ -40,6 +40,9 @@ customer moves to the next request, and leaves after the last one. Truncated at
 | all requests in the opening message | never | 50 % |
 | each request | its module at d = 0 | its module at d = 1 |
 
+The rates (together: half of the tasks with several requests, 37.5 % of all at d = 1) are
+declared in ``ServiceDeskEnv.knob_rates`` and hold over 1,000 seeds.
+
 ## Version history
 * v0: initial version; the pool is the capability modules that are installed, in
   :data:`MEMBER_MODULES` order (a new member changes what a seed means).
@@ -52,7 +55,7 @@ import importlib
 from dataclasses import dataclass, field
 from functools import cache
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.agents.deficit import Segment
 from trace_gym.core.config import apply_overrides
@@ -62,6 +65,7 @@ from trace_gym.core.tools import Tool, ToolSet
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now
 from trace_gym.world.model import World
 from trace_gym.world.tools import ID_ARGUMENTS, touches
@@ -462,6 +466,18 @@ class ServiceDeskEnv(TraceEnv):
     initial_world_from_task = True
     version = 0
     default_max_turns = 40
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        # shares of all tasks over 1,000 seeds: at d = 1, 1 to 4 requests uniform (0.25
+        # each; measured 0.25 single), together in half of those with several (0.375; 0.362)
+        KnobRate("n_requests", 0.0, 1.0, 0.0, equals=1),
+        KnobRate("n_requests", 1.0, 0.25, 0.04, equals=1),
+        KnobRate("n_requests", 1.0, 0.25, 0.04, equals=4),
+        KnobRate("together", 0.0, 0.0, 0.0),
+        KnobRate("together", 1.0, 0.375, 0.05),
+    )
+    template_floor: ClassVar[int] = 700
+    """Distinct masked task templates per 1,000 seeds (831 measured at d = 0, 983 at 0.5,
+    984 at 1)."""
     tools = _union_tools()
 
     def generate(
