@@ -161,7 +161,8 @@ class SweCallGraphEnv(SweEnv):
         KnobRate("n_functions", 1.0, 1.0, 0.0, equals=56),
     )
     template_floor: ClassVar[int] = 900
-    """Distinct masked task templates per 1,000 seeds (1,000 of 1,000 measured at d = 0, 0.5 and 1)."""
+    """Distinct masked task templates per 1,000 seeds
+    (1,000 of 1,000 measured at d = 0, 0.5 and 1)."""
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
         cfg = CallGraphConfig.from_difficulty(difficulty, config)

@@ -124,7 +124,8 @@ class SweDiffContextEnv(SweEnv):
         KnobRate("identical_twins", 1.0, 1.0, 0.0),
     )
     template_floor: ClassVar[int] = 900
-    """Distinct masked task templates per 1,000 seeds (1,000 of 1,000 measured at d = 0 and 0.5)."""
+    """Distinct masked task templates per 1,000 seeds
+    (1,000 of 1,000 measured at d = 0 and 0.5)."""
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
         cfg = DiffContextConfig.from_difficulty(difficulty, config)

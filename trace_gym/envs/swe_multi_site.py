@@ -146,8 +146,9 @@ class SweMultiSiteEnv(SweEnv):
         KnobRate("n_decoys", 0.0, 0.0, 0.0),
         KnobRate("n_decoys", 1.0, 1.0, 0.0, equals=2),
     )
-    template_floor: ClassVar[int] = TEMPLATE_FLOOR_PLACEHOLDER
-    """Distinct masked task templates per 1,000 seeds (MEASURED_PLACEHOLDER)."""
+    template_floor: ClassVar[int] = 800
+    """Distinct masked task templates per 1,000 seeds
+    (300 of 300 measured at d = 0, 0.5 and 1)."""
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
         cfg = MultiSiteConfig.from_difficulty(difficulty, config)

@@ -379,8 +379,9 @@ class SweRepairEnv(SweEnv):
         KnobRate("n_modules", 0.0, 1.0, 0.0, equals=3),  # problems + clean modules
         KnobRate("n_modules", 1.0, 1.0, 0.0, equals=8),
     )
-    template_floor: ClassVar[int] = TEMPLATE_FLOOR_PLACEHOLDER
-    """Distinct masked task templates per 1,000 seeds (MEASURED_PLACEHOLDER)."""
+    template_floor: ClassVar[int] = 600
+    """Distinct masked task templates per 1,000 seeds (261 of 300 measured at d = 0, where
+    one problem in three modules is drawn; 300 of 300 at 0.5)."""
     default_max_turns: ClassVar[int] = 30
     tools = TOOLS
 

@@ -192,7 +192,8 @@ class SwePrecisionEnv(SweEnv):
         KnobRate("n_functions", 1.0, 1.0, 0.0, equals=49),
     )
     template_floor: ClassVar[int] = 900
-    """Distinct masked task templates per 1,000 seeds (1,000 of 1,000 measured at d = 0, 0.5 and 1)."""
+    """Distinct masked task templates per 1,000 seeds
+    (1,000 of 1,000 measured at d = 0, 0.5 and 1)."""
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
         return generate_task(rng, SemanticConfig.from_difficulty(difficulty, config))
