@@ -310,6 +310,11 @@ class TestPreconditionThroughThePublicSuite(testing.EnvPropertySuite):
     """The class users subclass for their own environments, run here on ours."""
 
     env_id = ENV_ID
+    rate_seeds = 300
+
+    @pytest.mark.slow  # a minute at 30 seeds; test_refusal_information_free runs 100 anyway
+    def test_information_free_policies_lose(self) -> None:
+        super().test_information_free_policies_lose()
 
 
 def test_generator_plants_exactly_what_it_intends_over_many_seeds():

@@ -51,7 +51,7 @@ def _suite(env_id: str) -> testing.EnvPropertySuite:
     attributes = {
         "env_id": env_id,
         "information_free_seeds": testing.DEFAULT_SEEDS if env_id in SLOW_INFORMATION_FREE else 10,
-        "rate_seeds": 40 if swe else 200,
+        "rate_seeds": 20 if swe else 150,
     }
     return type("Suite", (testing.EnvPropertySuite,), attributes)()
 
