@@ -34,7 +34,7 @@ gate                   passes when
 =====================  ========================================================================
 
 The checks are those of :mod:`trace_gym.testing`, called as they are. Exit status 0 only when
-every gate passes; ``--json OUT`` writes the verdicts.
+every gate passes or is skipped for a stated reason; ``--json OUT`` writes the verdicts.
 """
 
 from __future__ import annotations
