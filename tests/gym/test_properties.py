@@ -1,5 +1,7 @@
 """The property suite over every registered environment id (trace_gym.testing)."""
 
+import os
+
 import pytest
 
 import trace_gym
@@ -43,7 +45,9 @@ SLOW_INFORMATION_FREE = {
     "trace/precondition-v0": "needs 30 seeds",
     "trace/policy-pressure-v0": "needs 30 seeds",
 }
-"""Run under the ``slow`` marker, with the suite's default 30 seeds."""
+"""Run with the suite's default 30 seeds under the ``slow`` marker, and only in the long run
+(``make test-long``): ``make test`` runs slow tests too, and these add minutes."""
+LONG_RUN = os.environ.get("HYPOTHESIS_PROFILE", "") in ("long", "trace-long")
 
 
 def _suite(env_id: str) -> testing.EnvPropertySuite:
@@ -57,8 +61,11 @@ def _suite(env_id: str) -> testing.EnvPropertySuite:
 
 
 def _information_free_params() -> list:
-    slow = pytest.mark.slow
-    return [pytest.param(e, marks=slow) if e in SLOW_INFORMATION_FREE else e for e in ENV_IDS]
+    marks = [
+        pytest.mark.slow,
+        pytest.mark.skipif(not LONG_RUN, reason="long run only (HYPOTHESIS_PROFILE=long)"),
+    ]
+    return [pytest.param(e, marks=marks) if e in SLOW_INFORMATION_FREE else e for e in ENV_IDS]
 
 
 @pytest.mark.parametrize("env_id", _information_free_params())
