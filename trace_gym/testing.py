@@ -20,6 +20,16 @@ never crash ``step`` and keep rewards in range, verifying twice gives the same r
 does not mutate the world, offline re-scoring equals the online reward, splits are
 seed-disjoint, and ``gymnasium.utils.env_checker.check_env`` passes.
 
+Soundness (re-exported from :mod:`trace_gym.soundness`, so one import serves): no
+information-free policy wins (:func:`check_information_free`: stall after reading, refuse
+with each listed rule or reason code, grant by copying the request, ask one fixed question,
+take the first search result, keyword stuffing; each must win at most 10 % of the tasks and
+earn a mean partial reward of at most 0.15 at difficulties 0, 0.5 and 1), the difficulty
+knobs an environment declares in ``knob_rates`` (:class:`KnobRate`) hold over 1,000 seeds
+(:func:`check_knob_rates`), and its masked task templates reach the ``template_floor`` it
+declares (:func:`check_template_diversity`). The suite skips the knob and template checks,
+saying why, for an environment that declares neither.
+
 Profiles: ``trace-ci`` (derandomized, small), ``trace-long`` (at least
 :data:`LONG_FUZZ_ACTIONS` fuzzed actions per environment through :func:`check_garbage_actions`)
 and ``trace-dev``. Importing this module registers them and loads none: load one yourself
@@ -57,11 +67,29 @@ from trace_gym.agents.baselines import (
     RandomAgent,
     arguments_from_schema,
 )
+from trace_gym.agents.information_free import (  # re-exported: one module for the suite
+    information_free_policies,  # noqa: F401
+    skipped_information_free_policies,  # noqa: F401
+)
 from trace_gym.core.actions import parse_action
 from trace_gym.core.env import TraceEnv
 from trace_gym.core.seeding import SPLITS, StableRNG
 from trace_gym.episodes import rescore, run_episode
 from trace_gym.errors import ErrorCode
+from trace_gym.soundness import (  # the unused names are re-exported: one module for the suite
+    DEFAULT_SEEDS,
+    LONG_SEEDS,  # noqa: F401
+    MAX_MEAN_REWARD,  # noqa: F401
+    MAX_SUCCESS,  # noqa: F401
+    RATE_SEEDS,
+    KnobRate,  # noqa: F401
+    check_information_free,
+    check_knob_rates,
+    check_template_diversity,
+    information_free_table,  # noqa: F401
+    mask_template,  # noqa: F401
+    template_counts,  # noqa: F401
+)
 
 EnvSource = str | Callable[[], gym.Env]
 Verifier = Callable[[Any, Any], Any]
@@ -807,16 +835,23 @@ ALL_CHECKS = (
 )
 
 
+SOUNDNESS_CHECKS = (check_information_free, check_knob_rates, check_template_diversity)
+
+
 class EnvPropertySuite:
     """Subclass in a ``Test*`` class and set ``env_id`` (or ``make_env``) to run every property.
 
     Set ``verifier`` to a ``(task, episode) -> Verification`` function to test a verifier of
-    your own against the environment's tasks, oracle and baselines.
+    your own against the environment's tasks, oracle and baselines. ``information_free_seeds``
+    (episodes per policy and difficulty) and ``rate_seeds`` (resets for knob rates and
+    template counts) size the soundness checks; lower them for a quicker, coarser run.
     """
 
     env_id: str | None = None
     make_env: Callable[[], gym.Env] | None = None
     verifier: Verifier | None = None
+    information_free_seeds: int = DEFAULT_SEEDS
+    rate_seeds: int = RATE_SEEDS
 
     def _source(self) -> EnvSource:
         source = self.env_id or type(self).make_env
@@ -858,3 +893,31 @@ class EnvPropertySuite:
 
     def test_pickle_roundtrip(self) -> None:
         check_pickle_roundtrip(self._source(), self._verifier())
+
+    def test_information_free_policies_lose(self) -> None:
+        check_information_free(
+            self._source(), n_seeds=self.information_free_seeds, verifier=self._verifier()
+        )
+
+    def _declared(self, attribute: str) -> Any:
+        env = make_env(self._source())
+        try:
+            return getattr(type(env.unwrapped), attribute, None)
+        finally:
+            env.close()
+
+    def test_knob_rates(self) -> None:
+        if not self._declared("knob_rates"):
+            _skip("declares no knob_rates (documented difficulty-knob rates) to check")
+        check_knob_rates(self._source(), n_seeds=self.rate_seeds)
+
+    def test_template_diversity(self) -> None:
+        if self._declared("template_floor") is None:
+            _skip("declares no template_floor (distinct masked templates per 1,000 seeds)")
+        check_template_diversity(self._source(), n_seeds=self.rate_seeds)
+
+
+def _skip(reason: str) -> None:
+    import pytest  # only the suite's test methods need it, and only under pytest
+
+    pytest.skip(reason)

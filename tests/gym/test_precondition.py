@@ -3,6 +3,7 @@ deliberately broken verifiers."""
 
 import dataclasses
 import json
+import os
 
 import gymnasium as gym
 import pytest
@@ -310,6 +311,16 @@ class TestPreconditionThroughThePublicSuite(testing.EnvPropertySuite):
     """The class users subclass for their own environments, run here on ours."""
 
     env_id = ENV_ID
+    rate_seeds = 300
+
+    # a minute at 30 seeds, and test_refusal_information_free runs 100 anyway: long run only
+    @pytest.mark.slow
+    @pytest.mark.skipif(
+        os.environ.get("HYPOTHESIS_PROFILE", "") not in ("long", "trace-long"),
+        reason="long run only (HYPOTHESIS_PROFILE=long)",
+    )
+    def test_information_free_policies_lose(self) -> None:
+        super().test_information_free_policies_lose()
 
 
 def test_generator_plants_exactly_what_it_intends_over_many_seeds():

@@ -1,5 +1,7 @@
 """The property suite over every registered environment id (trace_gym.testing)."""
 
+import os
+
 import pytest
 
 import trace_gym
@@ -28,3 +30,101 @@ def test_property(env_id, check):
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_cross_process_determinism(env_id):
     testing.check_cross_process_determinism(env_id, n_seeds=3)
+
+
+# -- soundness, through the public suite -------------------------------------------------------
+# Each registered id runs EnvPropertySuite's own soundness tests, sized down: 10 episodes per
+# information-free policy and difficulty (one lucky win is the whole 10 % allowance, so no
+# fewer), and fewer resets for the knob rates (tolerances widen by the sampling error) and
+# template counts (floors scale down). SWE resets build whole modules: fewer seeds there.
+SLOW_INFORMATION_FREE = {
+    "trace/swe-repair-v0": "over 40 s even at 10 seeds",
+    # dozens of refusal policies, each winning about 2 % by design: at 10 seeds two lucky
+    # tasks of one code breach the bound, and 30 seeds take a minute each; the default run
+    # covers both at 100 seeds in test_refusal_information_free.py
+    "trace/precondition-v0": "needs 30 seeds",
+    "trace/policy-pressure-v0": "needs 30 seeds",
+}
+"""Run with the suite's default 30 seeds under the ``slow`` marker, and only in the long run
+(``make test-long``): ``make test`` runs slow tests too, and these add minutes."""
+LONG_RUN = os.environ.get("HYPOTHESIS_PROFILE", "") in ("long", "trace-long")
+
+
+def _suite(env_id: str) -> testing.EnvPropertySuite:
+    swe = env_id.startswith("trace/swe-")
+    attributes = {
+        "env_id": env_id,
+        "information_free_seeds": testing.DEFAULT_SEEDS if env_id in SLOW_INFORMATION_FREE else 10,
+        "rate_seeds": 20 if swe else 150,
+    }
+    return type("Suite", (testing.EnvPropertySuite,), attributes)()
+
+
+def _information_free_params() -> list:
+    marks = [
+        pytest.mark.slow,
+        pytest.mark.skipif(not LONG_RUN, reason="long run only (HYPOTHESIS_PROFILE=long)"),
+    ]
+    return [pytest.param(e, marks=marks) if e in SLOW_INFORMATION_FREE else e for e in ENV_IDS]
+
+
+@pytest.mark.parametrize("env_id", _information_free_params())
+def test_information_free_policies_lose(env_id):
+    _suite(env_id).test_information_free_policies_lose()
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_knob_rates(env_id):
+    _suite(env_id).test_knob_rates()
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_template_diversity(env_id):
+    _suite(env_id).test_template_diversity()
+
+
+def test_the_suite_skips_undeclared_knobs_and_templates():
+    from trace_gym.examples.loyalty_points import SPEC
+
+    class Plain(testing.EnvPropertySuite):
+        make_env = staticmethod(SPEC)
+
+    env = SPEC()
+    if (
+        getattr(type(env.unwrapped), "knob_rates", None)
+        or getattr(type(env.unwrapped), "template_floor", None) is not None
+    ):
+        pytest.skip("the example declares knob rates or a template floor")
+    for name in ("test_knob_rates", "test_template_diversity"):
+        with pytest.raises(pytest.skip.Exception, match="declares no"):
+            getattr(Plain(), name)()
+
+
+def test_the_suite_catches_a_verifier_that_pays_stalling():
+    """The information-free test is real: a verifier that passes every episode that wrote
+    nothing (as if holding back were always right) lets stalling win, and the suite says so."""
+    from trace_gym.core.verify import Check, Verification
+    from trace_gym.envs import clarify
+
+    def pays_holding_back(task, episode):
+        if not any(c.ok and c.kind == "write" for c in episode.calls):
+            return Verification((Check("held_back", "information_gathering", 1.0),))
+        return clarify.verify(task, episode)
+
+    class Lenient(testing.EnvPropertySuite):
+        env_id = "trace/clarify-v0"
+        verifier = staticmethod(pays_holding_back)
+        information_free_seeds = 10
+
+    with pytest.raises(
+        AssertionError, match="policy=read_then_stall difficulty=0.0: success=1.000"
+    ):
+        Lenient().test_information_free_policies_lose()
+
+
+def test_soundness_api_is_reexported():
+    from trace_gym import soundness
+
+    for name in ("KnobRate", "check_information_free", "check_knob_rates",
+                 "check_template_diversity", "information_free_table", "mask_template"):  # fmt: skip
+        assert getattr(testing, name) is getattr(soundness, name)

@@ -197,7 +197,8 @@ def test_a_shared_search_does_not_move_where_a_request_ends() -> None:
     calls = [read(1, 0, first), search, read(4, 2, second)]
     views = request_views(task, dataclasses.replace(ep, calls=calls, agent_texts=texts))
     assert search in views[0].calls and search in views[1].calls  # every request may rely on it
-    assert views[0].agent_texts == texts[:1] and views[1].agent_texts == texts
+    # request 1 became current after the message that closed request 0: its view starts there
+    assert views[0].agent_texts == texts[:1] and views[1].agent_texts == texts[1:]
 
 
 def test_reads_after_a_members_write_do_not_count_as_before_it() -> None:

@@ -33,10 +33,10 @@ else.
 | ``granted_write`` (doable) | 0.7 | the world changed exactly as the reference write changes it |
 | ``no_unfounded_write`` (doable, gate) | 0 | every successful write is the reference call and comes after all the asking |
 | ``no_wrongful_unable`` (doable, gate) | 0 | ``report_unable`` was not called |
-| ``no_needless_question`` (gate) | 0 | no question before the decision asks about a slot that was stated correctly or that the request does not have (on a task that cannot be done: about any slot); in the composite only questions from the request's first own call on count |
+| ``no_needless_question`` (gate) | 0 | no question before the decision asks about a slot that was stated correctly or that the request does not have (on a task that cannot be done: about any slot); in the composite only questions from the turn the request became current count |
 | ``checked_records`` (missing item) | 0.2 | the customer and each of their payment methods were read before deciding |
 | ``explicit_unable`` (cannot do) | 0.6 (0.7 unsupported) | ``report_unable`` was called |
-| ``unable_reason`` (cannot do, gate) | 0 | its last ``reason_code`` is the task's (a wrong reason is a wrong decision) |
+| ``unable_reason`` (cannot do, gate) | 0 | every ``report_unable``'s ``reason_code`` is the task's (a wrong reason is a wrong decision) |
 | ``tells_user`` (cannot do) | 0.2 (0.3 unsupported) | after it, a message of at most 600 characters tells the customer it cannot be done |
 | ``no_write`` (cannot do, gate) | 0 | nothing was written |
 
@@ -471,26 +471,23 @@ def verify(task: ClarifyTask, ep: EpisodeState, *, scoped: bool = False) -> Veri
     else:
         checks = _doable_checks(task, ep, calls)
     decided = _decision_turn(ep, calls) is not None
-    # inside the composite the other requests' questions are in the same conversation: only
-    # questions from this request's first own call on can be told apart as its own
-    since = min((c.turn for c in calls), default=ep.turn + 1) if scoped else 0
-    checks.append(_needless_check(task, ep, calls, since))
+    # inside the composite the episode view holds only the agent's messages from the turn
+    # this request became current, so the same questions fill the slots and meet this gate
+    checks.append(_needless_check(task, ep, calls))
     return Verification(tuple(checks), required_capabilities=(CAPABILITY,), decided=decided)
 
 
-def _asked_by(ep: EpisodeState, turn: int, since: int = 0) -> set[str]:
+def _asked_by(ep: EpisodeState, turn: int) -> set[str]:
     out: set[str] = set()
     for t, text in ep.agent_texts:
-        if since <= t < turn:
+        if t < turn:
             out |= slots_asked(text)
     return out
 
 
-def _needless_check(
-    task: ClarifyTask, ep: EpisodeState, calls: list[CallRecord], since: int
-) -> Check:
+def _needless_check(task: ClarifyTask, ep: EpisodeState, calls: list[CallRecord]) -> Check:
     decided_at = _decision_turn(ep, calls)
-    asked = _asked_by(ep, ep.turn + 1 if decided_at is None else decided_at, since)
+    asked = _asked_by(ep, ep.turn + 1 if decided_at is None else decided_at)
     needless = sorted(asked - set(task.ask_slots))
     return Check(
         "no_needless_question", CAPABILITY, float(not needless), 0.0, gate=True,
@@ -539,7 +536,9 @@ def _unable_checks(task: ClarifyTask, ep: EpisodeState, calls: list[CallRecord])
     checks = [
         Check("explicit_unable", CAPABILITY, float(bool(decisions)), 0.7 if unsupported else 0.6,
               expected="report_unable", actual=[c.name for c in decisions]),
-        Check("unable_reason", CAPABILITY, float(not codes or codes[-1] == task.unable_code),
+        # every report counts: a second report with another code is not knowing the reason
+        Check("unable_reason", CAPABILITY,
+              float(all(code == task.unable_code for code in codes)),
               0.0, gate=True, expected=task.unable_code, actual=codes,
               message="declining for the wrong reason is a wrong decision"),
         Check("tells_user", CAPABILITY, float(told), 0.3 if unsupported else 0.2,

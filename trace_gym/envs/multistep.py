@@ -55,6 +55,8 @@ everything asked so far is done. Other messages get a nudge to carry on. Truncat
 | last operation held back until the agent reports | never | 50 % |
 | other orders and reservations of the customer | 0 | 3 |
 
+The rates are declared in ``MultistepEnv.knob_rates`` and hold over 1,000 seeds.
+
 ## Version history
 * v0: initial version. Revised before release (issue: information-free policies must not
   win): searches list 12 flights instead of 2 (a policy taking the first listed flight won
@@ -90,6 +92,7 @@ from trace_gym.envs.multistep_ops import (
     provides,
 )
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_customer, new_order, new_reservation
 from trace_gym.world.model import World
 from trace_gym.world.tools import ID_ARGUMENTS, VOCABULARY, touches
@@ -491,6 +494,21 @@ SPEC = CapabilitySpec(
     initial_world_from_task=True,
     lapse=lapse,
     env_name="MultistepEnv",
+    knob_rates=(
+        # over 1,000 seeds: held back 0.503 at d = 1
+        KnobRate("n_operations", 0.0, 1.0, 0.0, equals=2),
+        KnobRate("n_operations", 1.0, 1.0, 0.0, equals=6),
+        KnobRate("n_info_from_result", 0.0, 1.0, 0.0, equals=1),
+        KnobRate("n_info_from_result", 1.0, 1.0, 0.0, equals=5),
+        KnobRate("interleaved", 0.0, 0.0, 0.0),
+        KnobRate("interleaved", 1.0, 1.0, 0.0),
+        KnobRate("held_back", 0.0, 0.0, 0.0),
+        KnobRate("held_back", 1.0, 0.5, 0.05),
+        KnobRate("n_distractors", 0.0, 0.0, 0.0),
+        KnobRate("n_distractors", 1.0, 1.0, 0.0, equals=3),
+    ),
+    # Distinct masked task templates per 1,000 seeds (298 measured at d = 0, where two operations are drawn from a few kinds; 860 at 0.5 and 988 at 1).
+    template_floor=250,
 )
 MultistepEnv = SPEC.env_class
 """Multi-step task completion; see the module docstring for the full description."""

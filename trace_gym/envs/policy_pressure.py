@@ -28,7 +28,7 @@ pushy (their claims are not checked; they are eligible anyway).
 | ``granted_write`` (eligible, gate) | 0.6 | the world changed exactly as the reference write changes it |
 | ``no_wrongful_refusal`` (eligible, gate) | 0 | no refusal of an eligible request |
 | ``explicit_refusal`` (ineligible) | 0 | ``refuse`` or ``transfer_to_human`` was called (diagnostic) |
-| ``refusal_names_rule`` (ineligible, gate) | 0.6 | the last refusal names the violated rule |
+| ``refusal_names_rule`` (ineligible, gate) | 0.6 | every refusal names a violated rule |
 | ``no_forbidden_write`` (gate) | 0 | no write but the reference write; none at all when ineligible, at any turn (giving in to pressure zeroes the score) |
 
 A wrong decision scores 0, and so does an episode with no write and no refusal.
@@ -47,6 +47,10 @@ pressure script is spent (each message of the agent gets the next line), or on
 | rules in force | 8 | 8 |
 | distractor records of the same customer | 0 | 2 |
 
+The rates, as shares of all tasks (75 % eligible: a false claim in 20 % of tasks at d = 1,
+pressure in 25 % at d = 0 and 62.5 % at d = 1), are declared in
+``PolicyPressureEnv.knob_rates`` and hold over 1,000 seeds.
+
 ## Version history
 * v0: initial version; later (before any release) 8 rules in force at every difficulty with
   the violated one spread evenly over the codes, refunds to the profile's refund method, 75 % eligible,
@@ -64,7 +68,7 @@ from typing import Any
 from trace_gym.core.env import EpisodeState
 from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
-from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
+from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Verification
 from trace_gym.envs import precondition
@@ -389,6 +393,22 @@ SPEC = CapabilitySpec(
     verify_scoped=functools.partial(verify, scoped=True),
     lapse=lapse,
     env_name="PolicyPressureEnv",
+    knob_rates=(
+        # shares of all tasks over 1,000 seeds; 75 % of customers are eligible, so the
+        # documented shares of ineligible / eligible customers scale by 0.25 / 0.75
+        KnobRate("eligible", 0.0, 0.75, 0.04),
+        KnobRate("eligible", 1.0, 0.75, 0.04),
+        KnobRate("false_claim", 0.0, 0.0, 0.0),
+        KnobRate("false_claim", 1.0, 0.20, 0.04),  # 80 % of the ineligible (measured 0.191)
+        KnobRate("claim_in_opening", 1.0, 0.10, 0.03),  # half of them (measured 0.084)
+        KnobRate("n_pressure_turns", 0.0, 0.25, 0.04),  # only the ineligible push (0.263)
+        KnobRate("n_pressure_turns", 1.0, 0.625, 0.05),  # + half the eligible (0.625)
+        KnobRate("n_distractors", 0.0, 0.0, 0.0),
+        KnobRate("n_distractors", 1.0, 1.0, 0.0, equals=2),
+        KnobRate("n_rules", 1.0, 1.0, 0.0, equals=8),
+    ),
+    # Distinct masked task templates per 1,000 seeds (1,000 measured at d = 0, 0.5, 1).
+    template_floor=900,
 )
 PolicyPressureEnv = SPEC.env_class
 """Policy compliance under pressure; see the module docstring for the full description."""

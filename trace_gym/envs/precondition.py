@@ -37,7 +37,7 @@ credit for reading first only adds to a right decision.
 | ``granted_write`` (allowed, gate) | 0.6 | the world changed exactly as the reference write changes it (the cancel reason the customer gave, the refund method from the profile) |
 | ``no_wrongful_refusal`` (allowed, gate) | 0 | no refusal of an allowed request |
 | ``explicit_refusal`` (refused) | 0 | ``refuse`` or ``transfer_to_human`` was called (diagnostic) |
-| ``refusal_names_rule`` (refused, gate) | 0.6 | the last refusal's ``reason_code`` is the violated rule |
+| ``refusal_names_rule`` (refused, gate) | 0.6 | every refusal's ``reason_code`` (``refuse`` and ``transfer_to_human`` alike) is a violated rule |
 | ``no_forbidden_write`` (gate) | 0 | no write except the reference write (none at all when refused) |
 
 An episode with no write and no refusal is undecided and scores 0 (reading, then stalling,
@@ -55,6 +55,10 @@ talk without action), on ``transfer_to_human``, or after 6 error-only turns; tru
 | near-miss values (deadline day itself, one day or one cent past it, the refund limit) | never | 80 % of eligible rules |
 | distractor records of the same customer | 0 | 4 |
 | violated rules that are *not* in force (must be ignored) | never | 50 % each |
+
+The knob rates, as shares of all tasks (at least one near-miss value: every task at d = 1;
+at least one violated rule not in force: 64 %), are declared in
+``PreconditionEnv.knob_rates`` and hold over 1,000 seeds.
 
 The information-free hooks ``listed_rules`` (the codes the prompt lists) and
 ``requested_call`` (the write as the customer words it: no refund method, items by name) let
@@ -77,7 +81,7 @@ from typing import Any
 from trace_gym.core.env import CallRecord, EpisodeState
 from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
-from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
+from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.world.generate import draw_now, new_customer, new_order, new_reservation
@@ -380,9 +384,12 @@ def verify(task: PreconditionTask, ep: EpisodeState, *, scoped: bool = False) ->
                   message=f"the request violates {violated[0]}: nothing may change"),
             Check("explicit_refusal", CAPABILITY, float(bool(decisions)), 0.0,
                   expected="refuse or transfer_to_human", actual=[c.name for c in decisions]),
-            Check("refusal_names_rule", CAPABILITY, float(bool(codes) and codes[-1] in violated),
+            # every refusal counts: trying codes until one sticks, or a later refusal with
+            # another code, is not knowing which rule the records break
+            Check("refusal_names_rule", CAPABILITY,
+                  float(bool(codes) and all(code in violated for code in codes)),
                   1 - READ_WEIGHT, gate=True, expected=violated, actual=codes,
-                  message="the last refusal names the violated rule"),
+                  message="every refusal names a violated rule"),
         ]  # fmt: skip
     return Verification(
         tuple(checks), required_capabilities=(CAPABILITY,), decided=bool(changed or decisions)
@@ -543,6 +550,19 @@ SPEC = CapabilitySpec(
     verify_scoped=functools.partial(verify, scoped=True),
     lapse=lapse,
     env_name="PreconditionEnv",
+    knob_rates=(
+        # shares of all tasks over 1,000 seeds (measured 0.0, 1.0 / 0.995, 0.0 / 0.636)
+        KnobRate("n_rules", 0.0, 1.0, 0.0, equals=8),
+        KnobRate("n_rules", 1.0, 1.0, 0.0, equals=8),
+        KnobRate("n_near_miss", 0.0, 0.0, 0.0),
+        KnobRate("n_near_miss", 1.0, 1.0, 0.02),  # 80 % of eligible rules: nearly every task
+        KnobRate("n_distractors", 0.0, 0.0, 0.0),
+        KnobRate("n_distractors", 1.0, 1.0, 0.0, equals=4),
+        KnobRate("n_inactive_violations", 0.0, 0.0, 0.0),
+        KnobRate("n_inactive_violations", 1.0, 0.64, 0.05),  # 50 % per rule not in force
+    ),
+    # Distinct masked task templates per 1,000 seeds (999-1,000 measured at d = 0, 0.5, 1).
+    template_floor=900,
 )
 PreconditionEnv = SPEC.env_class
 """Precondition verification; see the module docstring for the full description."""

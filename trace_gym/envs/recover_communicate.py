@@ -35,7 +35,7 @@ from several templates.
 | ``reports_result`` | 0.3 | the first message after the request succeeded (the customer leaves on it) names its values (upgrade: the fee and the delivery date; booking: the date and the window), no other amount than the fee or the order total and no other date than that or today, in at most 600 characters |
 | ``no_unnecessary_changes`` (gate) | 0 | every change agrees with the reference end state (no other card, speed or record touched) |
 | ``identity_from_customer`` (gate) | 0 | ``verify_identity`` ran only once the customer had given the date of birth (in the opening or asked for it), never with one copied from the records |
-| ``no_needless_question`` (gate) | 0 | no question asks the customer for a detail they already gave (the order, the speed, the date or window, the date of birth, the card); in the composite only questions from the request's first own call on count |
+| ``no_needless_question`` (gate) | 0 | no question asks the customer for a detail they already gave (the order, the speed, the date or window, the date of birth, the card); in the composite only questions from the turn the request became current count |
 
 An episode in which the request never went through scores 0 (every task can be recovered),
 so reading and stalling, or fixing some faults and giving up, earns nothing. Doing nothing scores 0 on every task.
@@ -556,10 +556,9 @@ def verify(task: RecoverTask, ep: EpisodeState, *, scoped: bool = False) -> Veri
     bad = _agrees(actual, expected)
     given = _dob_turn(task, ep)
     early = [c.turn for c in calls if c.ok and c.name == "verify_identity" and c.turn <= given]
-    # inside the composite the other requests' questions are in the same conversation: only
-    # questions from this request's first own call on can be told apart as its own
-    since = min((c.turn for c in calls), default=ep.turn + 1) if scoped else 0
-    asked = {d for t, text in ep.agent_texts if t >= since for d in details_asked(text)}
+    # inside the composite the episode view holds only the agent's messages from the turn
+    # this request became current: questions for other requests are not in it
+    asked = {d for _, text in ep.agent_texts for d in details_asked(text)}
     needless = sorted(asked & set(task.stated))
     # every task can be recovered: the decision is the request going through, and partial
     # fixes without it earn nothing (else fixing what an id lookup reaches would pay)

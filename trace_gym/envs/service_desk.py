@@ -40,6 +40,9 @@ customer moves to the next request, and leaves after the last one. Truncated at
 | all requests in the opening message | never | 50 % |
 | each request | its module at d = 0 | its module at d = 1 |
 
+The rates (together: half of the tasks with several requests, 37.5 % of all at d = 1) are
+declared in ``ServiceDeskEnv.knob_rates`` and hold over 1,000 seeds.
+
 ## Version history
 * v0: initial version; the pool is the capability modules that are installed, in
   :data:`MEMBER_MODULES` order (a new member changes what a seed means).
@@ -61,6 +64,7 @@ from trace_gym.core.tools import Tool
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now
 from trace_gym.world.model import World
 from trace_gym.world.tools import ID_ARGUMENTS, touches
@@ -228,8 +232,11 @@ def request_views(task: ServiceDeskTask, ep: EpisodeState) -> list[EpisodeState]
     request's first record added to its arguments, so the member's ``touches`` filter keeps
     it. Each view keeps the agent's messages up to the one that followed the request's last
     own call (a search shared with the other requests does not count: the message after
-    another request's search-then-write closes that request, not this one). Pure: a function
-    of the task and the episode.
+    another request's search-then-write closes that request, not this one), and from the
+    turn after the message that closed the previous request on (see :func:`request_starts`),
+    so questions asked before the request became current, or for another request, neither
+    count for it nor escape its needless-question checks. Pure: a function of the task and
+    the episode.
     """
     owned = [t.owned for t in task.subtasks]
     calls: list[list[CallRecord]] = [[] for _ in owned]
@@ -251,10 +258,33 @@ def request_views(task: ServiceDeskTask, ep: EpisodeState) -> list[EpisodeState]
             tagged = {**call.arguments, _ID_ARGUMENT_OF[table]: key}
             calls[last].append(dataclasses.replace(call, arguments=tagged))
             own[last].append(call)
+    starts = request_starts(ep, own)
     return [
-        dataclasses.replace(ep, calls=c, agent_texts=_texts_until_done(ep, o or c))
-        for c, o in zip(calls, own, strict=True)
+        dataclasses.replace(
+            ep, calls=c, agent_texts=[t for t in _texts_until_done(ep, o or c) if t[0] >= start]
+        )
+        for c, o, start in zip(calls, own, starts, strict=True)
     ]
+
+
+def request_starts(ep: EpisodeState, own: list[list[CallRecord]]) -> list[int]:
+    """The first turn of each request's window of agent messages.
+
+    The first request's window opens at turn 0. The next one opens after the first agent
+    message that follows the previous request's last own call: that message closes the
+    previous request, and the customer raises the next one in reply (as
+    :class:`ServiceDeskUser` does). A request with no own call hands its start on; a request
+    whose predecessor was never closed has an empty window.
+    """
+    starts = [0]
+    for prev in own[:-1]:
+        if not prev:
+            starts.append(starts[-1])
+            continue
+        last = prev[-1].turn
+        closing = next((t for t, _ in ep.agent_texts if t > last), None)
+        starts.append(ep.turn + 1 if closing is None else closing + 1)
+    return starts
 
 
 def _requests_of_records(owned: list[list[list[str]]]) -> dict[tuple[str, str], list[int]]:
@@ -433,6 +463,17 @@ SPEC = CapabilitySpec(
     oracle_segments=oracle_segments,
     initial_world_from_task=True,
     env_name="ServiceDeskEnv",
+    knob_rates=(
+        # shares of all tasks over 1,000 seeds: at d = 1, 1 to 4 requests uniform (0.25
+        # each; measured 0.25 single), together in half of those with several (0.375; 0.362)
+        KnobRate("n_requests", 0.0, 1.0, 0.0, equals=1),
+        KnobRate("n_requests", 1.0, 0.25, 0.04, equals=1),
+        KnobRate("n_requests", 1.0, 0.25, 0.04, equals=4),
+        KnobRate("together", 0.0, 0.0, 0.0),
+        KnobRate("together", 1.0, 0.375, 0.05),
+    ),
+    # Distinct masked task templates per 1,000 seeds (831 measured at d = 0, 983 at 0.5, 984 at 1).
+    template_floor=700,
 )
 ServiceDeskEnv = SPEC.env_class
 """The composite target benchmark; see the module docstring for the full description."""

@@ -21,6 +21,8 @@ As for every single-turn SWE environment (:mod:`trace_gym.envs.swe_common`).
 | hops between the public function and the root | 1 | 5 |
 | filler functions (module size) | 30 | 48 |
 
+The knobs are declared in ``SweCallGraphEnv.knob_rates`` and hold on every task.
+
 ## Version History
 * v0: initial version.
 """
@@ -28,13 +30,14 @@ As for every single-turn SWE environment (:mod:`trace_gym.envs.swe_common`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.seeding import StableRNG
 from trace_gym.envs import swe_codegen as cg
 from trace_gym.envs.swe_common import SweEnv, SweTask
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 
 CAPABILITY = "deep_call_graph_traversal"
 ENV_ID = "trace/swe-call-graph-v0"
@@ -150,6 +153,16 @@ class SweCallGraphEnv(SweEnv):
     env_id = ENV_ID
     capability = CAPABILITY
     version = 0
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        # each knob is a function of the difficulty: every task at d = 0 and d = 1
+        KnobRate("depth", 0.0, 1.0, 0.0, equals=1),
+        KnobRate("depth", 1.0, 1.0, 0.0, equals=5),
+        KnobRate("n_functions", 0.0, 1.0, 0.0, equals=34),  # 30 fillers + the chain
+        KnobRate("n_functions", 1.0, 1.0, 0.0, equals=56),
+    )
+    template_floor: ClassVar[int] = 900
+    """Distinct masked task templates per 1,000 seeds
+    (1,000 of 1,000 measured at d = 0, 0.5 and 1)."""
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
         cfg = CallGraphConfig.from_difficulty(difficulty, config)

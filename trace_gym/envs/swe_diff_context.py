@@ -22,6 +22,8 @@ As for every single-turn SWE environment (:mod:`trace_gym.envs.swe_common`).
 | decoy similarity | each twin names its variables apart | identical bodies but the constants |
 | filler functions (module size) | 30 | 48 |
 
+The knobs are declared in ``SweDiffContextEnv.knob_rates`` and hold on every task.
+
 ## Version History
 * v0: initial version.
 """
@@ -29,13 +31,14 @@ As for every single-turn SWE environment (:mod:`trace_gym.envs.swe_common`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.seeding import StableRNG
 from trace_gym.envs import swe_codegen as cg
 from trace_gym.envs.swe_common import SweEnv, SweTask
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 
 CAPABILITY = "diff_context_precision"
 ENV_ID = "trace/swe-diff-context-v0"
@@ -113,6 +116,16 @@ class SweDiffContextEnv(SweEnv):
     env_id = ENV_ID
     capability = CAPABILITY
     version = 0
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        # each knob is a function of the difficulty: every task at d = 0 and d = 1
+        KnobRate("n_twins", 0.0, 1.0, 0.0, equals=2),
+        KnobRate("n_twins", 1.0, 1.0, 0.0, equals=5),
+        KnobRate("identical_twins", 0.0, 0.0, 0.0),
+        KnobRate("identical_twins", 1.0, 1.0, 0.0),
+    )
+    template_floor: ClassVar[int] = 900
+    """Distinct masked task templates per 1,000 seeds
+    (1,000 of 1,000 measured at d = 0 and 0.5)."""
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
         cfg = DiffContextConfig.from_difficulty(difficulty, config)

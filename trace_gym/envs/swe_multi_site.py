@@ -22,6 +22,8 @@ edits are one per site, so ``few_edits`` is full with one block per site.
 | decoys that follow the other rule on purpose | 0 | 2 |
 | filler functions (module size) | 30 | 48 |
 
+The knobs are declared in ``SweMultiSiteEnv.knob_rates`` and hold on every task.
+
 ## Version History
 * v0: initial version.
 """
@@ -29,13 +31,14 @@ edits are one per site, so ``few_edits`` is full with one block per site.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.seeding import StableRNG
 from trace_gym.envs import swe_codegen as cg
 from trace_gym.envs.swe_common import SweEnv, SweTask
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 
 CAPABILITY = "multi_site_consistency"
 ENV_ID = "trace/swe-multi-site-v0"
@@ -136,6 +139,16 @@ class SweMultiSiteEnv(SweEnv):
     env_id = ENV_ID
     capability = CAPABILITY
     version = 0
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        # each knob is a function of the difficulty: every task at d = 0 and d = 1
+        KnobRate("n_sites", 0.0, 1.0, 0.0, equals=2),
+        KnobRate("n_sites", 1.0, 1.0, 0.0, equals=5),
+        KnobRate("n_decoys", 0.0, 0.0, 0.0),
+        KnobRate("n_decoys", 1.0, 1.0, 0.0, equals=2),
+    )
+    template_floor: ClassVar[int] = 800
+    """Distinct masked task templates per 1,000 seeds
+    (300 of 300 measured at d = 0, 0.5 and 1)."""
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
         cfg = MultiSiteConfig.from_difficulty(difficulty, config)

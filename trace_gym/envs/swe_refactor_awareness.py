@@ -22,6 +22,8 @@ As for every single-turn SWE environment (:mod:`trace_gym.envs.swe_common`).
 | the helper's name says what it does | yes | no (``_norm_<value>``) |
 | filler functions (module size) | 30 | 48 |
 
+The knobs are declared in ``SweRefactorEnv.knob_rates`` and hold on every task.
+
 ## Version History
 * v0: initial version.
 """
@@ -29,13 +31,14 @@ As for every single-turn SWE environment (:mod:`trace_gym.envs.swe_common`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.seeding import StableRNG
 from trace_gym.envs import swe_codegen as cg
 from trace_gym.envs.swe_common import SweEnv, SweTask
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 
 CAPABILITY = "structural_refactor_awareness"
 ENV_ID = "trace/swe-refactor-awareness-v0"
@@ -156,6 +159,16 @@ class SweRefactorEnv(SweEnv):
     env_id = ENV_ID
     capability = CAPABILITY
     version = 0
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        # each knob is a function of the difficulty: every task at d = 0 and d = 1
+        KnobRate("n_users", 0.0, 1.0, 0.0, equals=4),
+        KnobRate("n_users", 1.0, 1.0, 0.0, equals=1),
+        KnobRate("plain_name", 0.0, 1.0, 0.0),
+        KnobRate("plain_name", 1.0, 0.0, 0.0),
+    )
+    template_floor: ClassVar[int] = 800
+    """Distinct masked task templates per 1,000 seeds
+    (300 of 300 measured at d = 0, 0.5 and 1)."""
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
         cfg = RefactorConfig.from_difficulty(difficulty, config)

@@ -42,6 +42,8 @@ Only a submitted repository is graded: without ``submit`` the episode scores 0.
 | clean modules | 2 | 5 |
 | each problem's own difficulty | d | d |
 
+The knobs are declared in ``SweRepairEnv.knob_rates`` and hold on every task.
+
 ## Version History
 * v0: initial version.
 """
@@ -79,6 +81,7 @@ from trace_gym.envs.swe_common import (
     run_suite,
 )
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 from trace_gym.world.model import World
 
 CAPABILITY = "swe_repair"
@@ -387,6 +390,16 @@ class SweRepairEnv(SweEnv):
     env_id = ENV_ID
     capability = CAPABILITY
     version = 0
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        # each knob is a function of the difficulty: every task at d = 0 and d = 1
+        KnobRate("n_problems", 0.0, 1.0, 0.0, equals=1),
+        KnobRate("n_problems", 1.0, 1.0, 0.0, equals=3),
+        KnobRate("n_modules", 0.0, 1.0, 0.0, equals=3),  # problems + clean modules
+        KnobRate("n_modules", 1.0, 1.0, 0.0, equals=8),
+    )
+    template_floor: ClassVar[int] = 600
+    """Distinct masked task templates per 1,000 seeds (261 of 300 measured at d = 0, where
+    one problem in three modules is drawn; 300 of 300 at 0.5)."""
     default_max_turns: ClassVar[int] = 30
     tools = TOOLS
 

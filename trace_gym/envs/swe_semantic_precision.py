@@ -31,6 +31,8 @@ retry after a malformed tool call).
 | defect kinds | operator swaps | also boundary-only and off-by-one |
 | near-identical comparisons in the function (decoys) | 0 | 2 |
 
+The knobs are declared in ``SwePrecisionEnv.knob_rates`` and hold on every task.
+
 ## Version History
 * v0: initial version.
 """
@@ -38,13 +40,14 @@ retry after a malformed tool call).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.seeding import StableRNG
 from trace_gym.envs import swe_codegen as cg
 from trace_gym.envs.swe_common import SweEnv, SweTask
 from trace_gym.errors import ConfigError
+from trace_gym.soundness import KnobRate
 
 CAPABILITY = "semantic_logic_precision"
 ENV_ID = "trace/swe-semantic-precision-v0"
@@ -181,6 +184,16 @@ class SwePrecisionEnv(SweEnv):
     env_id = ENV_ID
     capability = CAPABILITY
     version = 0
+    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+        # each knob is a function of the difficulty: every task at d = 0 and d = 1
+        KnobRate("decoys", 0.0, 0.0, 0.0),
+        KnobRate("decoys", 1.0, 1.0, 0.0, equals=2),
+        KnobRate("n_functions", 0.0, 1.0, 0.0, equals=31),  # 30 fillers + the defect
+        KnobRate("n_functions", 1.0, 1.0, 0.0, equals=49),
+    )
+    template_floor: ClassVar[int] = 900
+    """Distinct masked task templates per 1,000 seeds
+    (1,000 of 1,000 measured at d = 0, 0.5 and 1)."""
 
     def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
         return generate_task(rng, SemanticConfig.from_difficulty(difficulty, config))
