@@ -98,7 +98,14 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
         else:
             model = trainer.accelerator.unwrap_model(trainer.model)
             generate = hf_generate(
-                model, tokenizer, fmt.stop_ids, temperature=cfg.temperature, top_p=cfg.top_p
+                model,
+                tokenizer,
+                fmt.stop_ids,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                prefill_dtype=cfg.prefill_dtype,
+                decode_dtype=cfg.decode_dtype,
+                clock=stats.clock,
             )
         rollouts: list[Rollout] = play_episodes(
             generate,
@@ -111,6 +118,7 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
             env_kwargs=cfg.env_kwargs,
             agent_name="grpo",
             tool_prompt=cfg.tool_prompt,
+            clock=stats.clock,
         )
         stats.add(rollouts)
         logprobs = [r.logprobs for r in rollouts] if getattr(trainer, "use_vllm", False) else None
@@ -281,6 +289,7 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
         rollout_func=rollout_func,
         callbacks=[TrainingLog(log_path, stats), *(callbacks or [])],
     )
+    _time_backward(trainer, stats)
     policy = trainer.model
     if cfg.eval_episodes and not resume_from:
         _log_line(
@@ -309,6 +318,19 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
     _log_line(log_path, end)
     (adapter_dir / "trace_train.json").write_text(json.dumps(_metadata(cfg), indent=2) + "\n")
     return GRPOResult(adapter_dir, log_path, trainer.state.global_step, policy)
+
+
+def _time_backward(trainer: Any, stats: RolloutStats) -> None:
+    """Count the trainer's backward passes in the step timing (``time/backward_share``).
+    The accelerator's ``backward`` is the one call every optimizer step's gradients go
+    through, so it is timed in place rather than overriding TRL's training step."""
+    backward = trainer.accelerator.backward
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        with stats.clock.time("backward"):
+            return backward(*args, **kwargs)
+
+    trainer.accelerator.backward = timed
 
 
 def _metadata(cfg: GRPORunConfig) -> dict[str, Any]:

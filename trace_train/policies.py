@@ -44,6 +44,8 @@ class PlaySettings:
     reward_mode: str = "partial"
     batch_size: int = 8
     tool_prompt: str = "hermes"
+    prefill_dtype: str = "auto"
+    decode_dtype: str = "auto"
 
 
 class ModelPolicy:
@@ -57,7 +59,12 @@ class ModelPolicy:
 
     def play(self, specs: Sequence[EpisodeSpec], settings: PlaySettings) -> list[dict[str, Any]]:
         generate = hf_generate(
-            self.model, self.tokenizer, self.fmt.stop_ids, temperature=settings.temperature
+            self.model,
+            self.tokenizer,
+            self.fmt.stop_ids,
+            temperature=settings.temperature,
+            prefill_dtype=settings.prefill_dtype,
+            decode_dtype=settings.decode_dtype,
         )
         rollouts = play_episodes(
             generate,

@@ -433,18 +433,25 @@ def play_episodes(
     env_kwargs: dict | None = None,
     agent_name: str = "model",
     tool_prompt: str = "hermes",
+    clock: PhaseClock | None = None,
 ) -> list[Rollout]:
     """Play ``specs`` side by side, one ``generate`` call per turn; return rollouts in the
-    order of ``specs``."""
-    live = [_start(s, fmt, max_turns, reward_mode, env_kwargs or {}, tool_prompt) for s in specs]
+    order of ``specs``. Time spent in the environments (reset, step, verification) goes to
+    ``clock`` as ``env``."""
+    clock = clock if clock is not None else PhaseClock()
+    with clock.time("env"):
+        live = [
+            _start(s, fmt, max_turns, reward_mode, env_kwargs or {}, tool_prompt) for s in specs
+        ]
     while active := [x for x in live if not x.done]:
         budgets = [max_completion_tokens - len(x.rollout.completion_ids) for x in active]
         n_new = max(1, min(max_new_tokens, max(budgets)))
         outputs = generate(
             [x.rollout.gen_prompt_ids + x.rollout.completion_ids for x in active], n_new
         )
-        for x, (ids, lps), budget in zip(active, outputs, budgets, strict=True):
-            _advance(x, fmt, ids[: min(budget, max_new_tokens)], lps, budget, agent_name)
+        with clock.time("env"):
+            for x, (ids, lps), budget in zip(active, outputs, budgets, strict=True):
+                _advance(x, fmt, ids[: min(budget, max_new_tokens)], lps, budget, agent_name)
     for x in live:
         x.env.close()
     return [x.rollout for x in live]
