@@ -150,15 +150,17 @@ def load_hf(path: str, adapter: str | None = None) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trace_train.embedded import resolve_model
+    from trace_train.quiet import quiet
 
     path = resolve_model(path)
-    tokenizer = AutoTokenizer.from_pretrained(adapter if _has_tokenizer(adapter) else path)
-    tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    if adapter:
-        from peft import PeftModel
+    with quiet():
+        tokenizer = AutoTokenizer.from_pretrained(adapter if _has_tokenizer(adapter) else path)
+        tokenizer.padding_side = "left"
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        if adapter:
+            from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, adapter)
+            model = PeftModel.from_pretrained(model, adapter)
     return model.eval(), tokenizer
 
 

@@ -40,6 +40,7 @@ import gymnasium as gym
 
 import trace_gym  # noqa: F401  (registers the trace/* ids)
 from trace_train.decoding import PhaseClock, decode_batch, prefill, resolve_phase_dtypes
+from trace_train.quiet import quiet
 
 #: ``(batch of token-id prefixes, max new tokens) -> [(new ids, their logprobs or None)]``
 Generate = Callable[[list[list[int]], int], list[tuple[list[int], list[float] | None]]]
@@ -324,7 +325,7 @@ def hf_generate(
         width = max(len(x) for x in batch)
         ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch])
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
-        with clock.time("decode"):
+        with clock.time("decode"), quiet():  # e.g. "exceeded the model's maximum length"
             out = model.generate(
                 input_ids=ids.to(model.device),
                 attention_mask=mask.to(model.device),
