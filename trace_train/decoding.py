@@ -153,7 +153,7 @@ def prefill(
     model: Any, ids: list[int], cache: Any, cached: int, dtype: str = "float32"
 ) -> tuple[Any, Any]:
     """Encode ``ids[cached:]`` on top of ``cache`` (``cached`` tokens of ``ids``, or None);
-    returns the next-token logits ``(V,)`` and the cache of all of ``ids`` in float32."""
+    returns the next-token logits ``(V,)`` and the cache of all of ``ids`` (model precision)."""
     import torch
 
     device = model.device
@@ -161,7 +161,8 @@ def prefill(
     mask = torch.ones(1, len(ids), dtype=torch.long, device=device)
     positions = torch.arange(cached, len(ids), device=device).unsqueeze(0)
     logits, cache = _forward(model, new, mask, positions, cache, dtype)
-    if dtype == "bfloat16":  # keep the cache in the decode's (and the store's) precision
+    if dtype == "bfloat16" and model.dtype == torch.float32:
+        # autocast left bfloat16 keys and values: keep the cache in the model's precision
         cache = _new_cache([(k.float(), v.float()) for k, v in _kv(cache)])
     return logits[0], cache
 

@@ -131,3 +131,13 @@ def test_generation_emits_no_deprecation_warnings(tiny):
             gen([p + [5, 6] for p in prompts], 3)  # the cached continuation path
     bad = [w for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))]
     assert not bad, [str(w.message) for w in bad]
+
+
+def test_dtype_settings_are_checked_in_configs():
+    from trace_train.config import ConfigError, EvalConfig, GRPORunConfig
+
+    with pytest.raises(ConfigError, match="prefill_dtype"):
+        GRPORunConfig(prefill_dtype="half")
+    with pytest.raises(ConfigError, match="decode_dtype"):
+        EvalConfig(decode_dtype="fp8")
+    assert GRPORunConfig(decode_dtype="bfloat16").decode_dtype == "bfloat16"
