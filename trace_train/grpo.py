@@ -41,7 +41,7 @@ from trace_train.rollout import (
     play_episodes,
     vllm_generate,
 )
-from trace_train.runlog import RolloutStats, TrainingLog, truncate_log
+from trace_train.runlog import RolloutStats, TrainingLog, time_backward, truncate_log
 
 LOG_NAME = "training_log.jsonl"
 
@@ -294,7 +294,7 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
             rollout_func=rollout_func,
             callbacks=[TrainingLog(log_path, stats), *(callbacks or [])],
         )
-    _time_backward(trainer, stats)
+    time_backward(trainer, stats)
     policy = trainer.model
     if cfg.eval_episodes and not resume_from:
         _log_line(
@@ -325,19 +325,6 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
     _log_line(log_path, end)
     (adapter_dir / "trace_train.json").write_text(json.dumps(_metadata(cfg), indent=2) + "\n")
     return GRPOResult(adapter_dir, log_path, trainer.state.global_step, policy)
-
-
-def _time_backward(trainer: Any, stats: RolloutStats) -> None:
-    """Count the trainer's backward passes in the step timing (``time/backward_share``).
-    The accelerator's ``backward`` is the one call every optimizer step's gradients go
-    through, so it is timed in place rather than overriding TRL's training step."""
-    backward = trainer.accelerator.backward
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        with stats.clock.time("backward"):
-            return backward(*args, **kwargs)
-
-    trainer.accelerator.backward = timed
 
 
 def _metadata(cfg: GRPORunConfig) -> dict[str, Any]:

@@ -147,3 +147,16 @@ def truncate_log(path: str | Path, keep_until_step: int) -> int:
 def read_log(path: str | Path) -> list[dict[str, Any]]:
     """All lines of a training log."""
     return [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def time_backward(trainer: Any, stats: RolloutStats) -> None:
+    """Count the trainer's backward passes in the step timing (``time/backward_share``).
+    The accelerator's ``backward`` is the one call every optimizer step's gradients go
+    through, so it is timed in place rather than overriding the trainer's training step."""
+    backward = trainer.accelerator.backward
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        with stats.clock.time("backward"):
+            return backward(*args, **kwargs)
+
+    trainer.accelerator.backward = timed

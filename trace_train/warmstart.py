@@ -23,7 +23,7 @@ from typing import Any
 
 from trace_train.config import WarmstartConfig, save_config
 from trace_train.rollout import ChatFormat, EpisodeSpec, Generate, action_text, play_episodes
-from trace_train.runlog import RolloutStats, TrainingLog, truncate_log
+from trace_train.runlog import RolloutStats, TrainingLog, time_backward, truncate_log
 
 LOG_NAME = "training_log.jsonl"
 
@@ -172,6 +172,7 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
         lora_dropout=0.0,
         task_type="CAUSAL_LM",
     )
+    stats = RolloutStats()
     with quiet():
         trainer = SFTTrainer(
             model=model,
@@ -179,8 +180,9 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
             train_dataset=dataset,
             processing_class=tokenizer,
             peft_config=lora,
-            callbacks=[TrainingLog(log_path, RolloutStats()), *(callbacks or [])],
+            callbacks=[TrainingLog(log_path, stats), *(callbacks or [])],
         )
+    time_backward(trainer, stats)
     started = time.time()
     with quiet():  # the trainer's step progress bar stays
         trainer.train(resume_from_checkpoint=resume_from)
