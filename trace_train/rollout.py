@@ -25,7 +25,8 @@ for SmolLM2), which is what makes small models trainable on a CPU.
 
 Generation (:func:`hf_generate`) keeps each sequence's KV cache between the turns of an episode
 and shares it between rollouts that start alike (a GRPO group plays one prompt), so a turn
-only encodes the environment's reply instead of the whole conversation again.
+only encodes the environment's reply instead of the whole conversation again; the rows of a
+batch (a group, an evaluation batch) then decode together (:mod:`trace_train.decoding`).
 """
 
 from __future__ import annotations
