@@ -67,6 +67,14 @@ class RolloutConfig:
     """How the system prompt lists the tools: ``hermes`` (full JSON schemas) or ``compact`` (one
     signature line per tool, 3-4x fewer prompt tokens; the CPU presets). Evaluate a model with
     the setting it was trained with."""
+    prefill_dtype: str = "auto"
+    """Precision of prompt encoding in rollouts: ``auto`` (bfloat16 where the hardware runs it
+    natively, ~1.8x faster on an AVX512-BF16 CPU), ``float32`` or ``bfloat16`` (float32
+    where bfloat16 is not native). Weights stay float32; bfloat16 runs under autocast."""
+    decode_dtype: str = "auto"
+    """Precision of token-by-token decoding in rollouts: ``auto`` (float32 on a CPU, where
+    bfloat16 decoding measured slower at batch 1-8; bfloat16 on a GPU), ``float32`` or
+    ``bfloat16``."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.difficulty <= 1.0:
@@ -87,6 +95,9 @@ class RolloutConfig:
             raise ConfigError(f"temperature={self.temperature} must be >= 0")
         if self.tool_prompt not in ("hermes", "compact"):
             raise ConfigError(f"tool_prompt={self.tool_prompt!r}; use hermes or compact")
+        for name in ("prefill_dtype", "decode_dtype"):
+            if getattr(self, name) not in ("auto", "float32", "bfloat16"):
+                raise ConfigError(f"{name}={getattr(self, name)!r}; use auto, float32 or bfloat16")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,10 +389,21 @@ class EvalConfig:
     tool_prompt: str = "hermes"
     """Tool list in the system prompt of model policies: ``hermes`` or ``compact`` (use the
     setting the model was trained with)."""
+    prefill_dtype: str = "auto"
+    """Precision of prompt encoding (model policies): ``auto`` (bfloat16 where the hardware runs it
+    natively, ~1.8x faster on an AVX512-BF16 CPU), ``float32`` or ``bfloat16`` (float32
+    where bfloat16 is not native). Weights stay float32; bfloat16 runs under autocast."""
+    decode_dtype: str = "auto"
+    """Precision of token-by-token decoding (model policies): ``auto`` (float32 on a CPU, where
+    bfloat16 decoding measured slower at batch 1-8; bfloat16 on a GPU), ``float32`` or
+    ``bfloat16``."""
 
     def __post_init__(self) -> None:
         if self.tool_prompt not in ("hermes", "compact"):
             raise ConfigError(f"tool_prompt={self.tool_prompt!r}; use hermes or compact")
+        for name in ("prefill_dtype", "decode_dtype"):
+            if getattr(self, name) not in ("auto", "float32", "bfloat16"):
+                raise ConfigError(f"{name}={getattr(self, name)!r}; use auto, float32 or bfloat16")
         if self.episodes < 1:
             raise ConfigError(f"episodes={self.episodes} must be >= 1")
         if self.split not in ("train", "eval", "test"):

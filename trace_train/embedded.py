@@ -148,10 +148,13 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-    )
+    from trace_train.quiet import quiet
+
+    with quiet():
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        loaded = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        )
     if hasattr(loaded.config, "quantization_config"):
         delattr(loaded.config, "quantization_config")
     clean = type(loaded)(loaded.config)
@@ -164,8 +167,9 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
         tok.chat_template = GEMMA_TEMPLATE  # the GGUF's template is not carried over
     tok.padding_side = "left"
     clean.generation_config.pad_token_id = tok.pad_token_id
-    clean.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
+    with quiet():
+        clean.save_pretrained(out_dir)
+        tok.save_pretrained(out_dir)
 
 
 def resolve_model(model: str) -> str:

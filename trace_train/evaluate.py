@@ -86,6 +86,8 @@ def evaluate(cfg: EvalConfig, policy: Any = None, progress: bool = True) -> dict
         cfg.reward_mode,
         cfg.batch_size,
         cfg.tool_prompt,
+        cfg.prefill_dtype,
+        cfg.decode_dtype,
     )
     policy = policy or parse_policy(cfg.policy, settings)
     out = Path(cfg.out_dir)
@@ -130,6 +132,8 @@ def evaluate_model(
         0.0,
         rollout_cfg.reward_mode,
         tool_prompt=getattr(rollout_cfg, "tool_prompt", "hermes"),
+        prefill_dtype=getattr(rollout_cfg, "prefill_dtype", "auto"),
+        decode_dtype=getattr(rollout_cfg, "decode_dtype", "auto"),
     )
     specs = [
         EpisodeSpec(rollout_cfg.env_id, i, rollout_cfg.difficulty, split) for i in range(episodes)

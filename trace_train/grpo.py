@@ -41,7 +41,7 @@ from trace_train.rollout import (
     play_episodes,
     vllm_generate,
 )
-from trace_train.runlog import RolloutStats, TrainingLog, truncate_log
+from trace_train.runlog import RolloutStats, TrainingLog, time_backward, truncate_log
 
 LOG_NAME = "training_log.jsonl"
 
@@ -98,7 +98,14 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
         else:
             model = trainer.accelerator.unwrap_model(trainer.model)
             generate = hf_generate(
-                model, tokenizer, fmt.stop_ids, temperature=cfg.temperature, top_p=cfg.top_p
+                model,
+                tokenizer,
+                fmt.stop_ids,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                prefill_dtype=cfg.prefill_dtype,
+                decode_dtype=cfg.decode_dtype,
+                clock=stats.clock,
             )
         rollouts: list[Rollout] = play_episodes(
             generate,
@@ -111,6 +118,7 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
             env_kwargs=cfg.env_kwargs,
             agent_name="grpo",
             tool_prompt=cfg.tool_prompt,
+            clock=stats.clock,
         )
         stats.add(rollouts)
         logprobs = [r.logprobs for r in rollouts] if getattr(trainer, "use_vllm", False) else None
@@ -141,14 +149,16 @@ def load_policy_model(cfg: GRPORunConfig, out: Path) -> tuple[Any, Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trace_train.embedded import resolve_model
+    from trace_train.quiet import quiet
 
     path = resolve_model(cfg.model)
     dtype = torch.bfloat16 if cfg.bf16 else torch.float32
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    with quiet():
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     tokenizer.padding_side = "left"  # GRPO generation pads on the left
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     lora = LoraConfig(
         r=cfg.lora_rank,
         lora_alpha=cfg.lora_alpha,
@@ -157,18 +167,17 @@ def load_policy_model(cfg: GRPORunConfig, out: Path) -> tuple[Any, Any, Any]:
         task_type="CAUSAL_LM",
     )
     if cfg.init_adapter and cfg.merge_init_adapter:
-        model = PeftModel.from_pretrained(model, cfg.init_adapter).merge_and_unload()
-        model.save_pretrained(out / "merged_base")
+        with quiet():
+            model = PeftModel.from_pretrained(model, cfg.init_adapter).merge_and_unload()
+            model.save_pretrained(out / "merged_base")
         tokenizer.save_pretrained(out / "merged_base")
         model.name_or_path = str(out / "merged_base")
         return model, tokenizer, lora
     if cfg.init_adapter:
         # is_trainable=True: a frozen loaded adapter trains nothing (TRL issues #3031, #6700)
-        return (
-            PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True),
-            tokenizer,
-            None,
-        )
+        with quiet():
+            model = PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True)
+        return model, tokenizer, None
     return model, tokenizer, lora
 
 
@@ -207,7 +216,7 @@ def trl_config(cfg: GRPORunConfig, out: Path) -> Any:
         bf16=cfg.bf16,
         fp16=False,
         use_cpu=not _has_accelerator(),
-        gradient_checkpointing=cfg.gradient_checkpointing,
+        activation_checkpointing=cfg.gradient_checkpointing,  # the old name warns
         logging_steps=cfg.logging_steps,
         save_strategy="steps",
         save_steps=cfg.save_steps,
@@ -238,6 +247,9 @@ def held_out_eval(cfg: GRPORunConfig | Any, model: Any, tokenizer: Any, n: int) 
 # ---------------------------------------------------------------------------------------------
 def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
     """Train one LoRA adapter on ``cfg.env_id`` with GRPO; resumable (see module docstring)."""
+    from trace_train.quiet import quiet, silence_trl_notices
+
+    silence_trl_notices()
     from datasets import Dataset
     from transformers.trainer_utils import get_last_checkpoint
     from trl import GRPOTrainer
@@ -271,16 +283,18 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
     rollout_func = make_rollout_func(cfg, tokenizer, stats)
 
     # -- 5. the trainer ------------------------------------------------------------------------
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=verifier_reward,
-        args=trl_config(cfg, out),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=lora,
-        rollout_func=rollout_func,
-        callbacks=[TrainingLog(log_path, stats), *(callbacks or [])],
-    )
+    with quiet():
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=verifier_reward,
+            args=trl_config(cfg, out),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=lora,
+            rollout_func=rollout_func,
+            callbacks=[TrainingLog(log_path, stats), *(callbacks or [])],
+        )
+    time_backward(trainer, stats)
     policy = trainer.model
     if cfg.eval_episodes and not resume_from:
         _log_line(
@@ -294,13 +308,15 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
 
     # -- 6. train (resuming restores adapter, optimizer, scheduler, RNG and data position) ------
     started = time.time()
-    trainer.train(resume_from_checkpoint=resume_from)
+    with quiet():  # the trainer's step progress bar stays
+        trainer.train(resume_from_checkpoint=resume_from)
     seconds = time.time() - started
 
     # -- 7. save the adapter, the held-out result and the run metadata --------------------------
     adapter_dir = out / "adapter"
-    policy.save_pretrained(adapter_dir)
-    tokenizer.save_pretrained(adapter_dir)
+    with quiet():
+        policy.save_pretrained(adapter_dir)
+        tokenizer.save_pretrained(adapter_dir)
     steps_run = trainer.state.global_step - resumed_step
     end = {"event": "train_end", "step": trainer.state.global_step, "seconds": round(seconds, 2)}
     end["seconds_per_step"] = round(seconds / max(1, steps_run), 3)

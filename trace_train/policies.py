@@ -44,6 +44,8 @@ class PlaySettings:
     reward_mode: str = "partial"
     batch_size: int = 8
     tool_prompt: str = "hermes"
+    prefill_dtype: str = "auto"
+    decode_dtype: str = "auto"
 
 
 class ModelPolicy:
@@ -57,7 +59,12 @@ class ModelPolicy:
 
     def play(self, specs: Sequence[EpisodeSpec], settings: PlaySettings) -> list[dict[str, Any]]:
         generate = hf_generate(
-            self.model, self.tokenizer, self.fmt.stop_ids, temperature=settings.temperature
+            self.model,
+            self.tokenizer,
+            self.fmt.stop_ids,
+            temperature=settings.temperature,
+            prefill_dtype=settings.prefill_dtype,
+            decode_dtype=settings.decode_dtype,
         )
         rollouts = play_episodes(
             generate,
@@ -143,15 +150,17 @@ def load_hf(path: str, adapter: str | None = None) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trace_train.embedded import resolve_model
+    from trace_train.quiet import quiet
 
     path = resolve_model(path)
-    tokenizer = AutoTokenizer.from_pretrained(adapter if _has_tokenizer(adapter) else path)
-    tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    if adapter:
-        from peft import PeftModel
+    with quiet():
+        tokenizer = AutoTokenizer.from_pretrained(adapter if _has_tokenizer(adapter) else path)
+        tokenizer.padding_side = "left"
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        if adapter:
+            from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, adapter)
+            model = PeftModel.from_pretrained(model, adapter)
     return model.eval(), tokenizer
 
 

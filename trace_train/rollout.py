@@ -25,7 +25,8 @@ for SmolLM2), which is what makes small models trainable on a CPU.
 
 Generation (:func:`hf_generate`) keeps each sequence's KV cache between the turns of an episode
 and shares it between rollouts that start alike (a GRPO group plays one prompt), so a turn
-only encodes the environment's reply instead of the whole conversation again.
+only encodes the environment's reply instead of the whole conversation again; the rows of a
+batch (a group, an evaluation batch) then decode together (:mod:`trace_train.decoding`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from trace_gym.core.prompts import (  # noqa: F401  (compact_tool_block: re-expo
     TOOL_PROMPT_STYLES,
     compact_tool_block,
 )
+from trace_train.decoding import PhaseClock, decode_batch, prefill, resolve_phase_dtypes
+from trace_train.quiet import quiet
 
 #: ``(batch of token-id prefixes, max new tokens) -> [(new ids, their logprobs or None)]``
 Generate = Callable[[list[list[int]], int], list[tuple[list[int], list[float] | None]]]
@@ -197,19 +200,26 @@ class _KVStore:
         self.entries: list[tuple[list[int], Any]] = []
         self.max_entries = max_entries
 
-    def take(self, ids: list[int]) -> tuple[Any, int]:
-        """A cache of a prefix of ``ids`` (leaving at least one token to encode) and its
-        length; ``(None, 0)`` when nothing is shared."""
+    def best(self, ids: list[int]) -> tuple[int, int]:
+        """Index and shared length of the entry sharing the longest prefix with ``ids``, capped
+        to leave one token to encode; ``(-1, 0)`` when none shares anything."""
         best, best_len = -1, 0
         for i, (key, _) in enumerate(self.entries):
             n = _common_prefix(key, ids)
             if n > best_len:
                 best, best_len = i, n
         usable = min(best_len, len(ids) - 1)
-        if best < 0 or usable < 1:
+        return (best, usable) if best >= 0 and usable >= 1 else (-1, 0)
+
+    def take(self, ids: list[int], *, copy_only: bool = False) -> tuple[Any, int]:
+        """A cache of a prefix of ``ids`` (leaving at least one token to encode) and its
+        length; ``(None, 0)`` when nothing is shared. With ``copy_only`` the entry stays (it
+        is still in use elsewhere) and a copy is returned."""
+        best, usable = self.best(ids)
+        if best < 0:
             return None, 0
         key, cache = self.entries[best]
-        if usable == len(key):  # this sequence's own continuation: hand the cache over
+        if usable == len(key) and not copy_only:  # own continuation: hand the cache over
             del self.entries[best]
         else:
             cache = copy.deepcopy(cache)
@@ -258,20 +268,32 @@ def hf_generate(
     temperature: float,
     top_p: float = 1.0,
     reuse_cache: bool | None = None,
+    batch_decode: bool = True,
+    prefill_dtype: str = "auto",
+    decode_dtype: str = "auto",
+    clock: PhaseClock | None = None,
 ) -> Generate:
-    """A :data:`Generate` over ``model.generate`` that stops at the turn end.
+    """A :data:`Generate` over the model that stops at the turn end.
 
-    With ``reuse_cache`` (default: :func:`supports_cache_reuse`) each sequence is generated on its own
-    from the longest cached prefix (:class:`_KVStore`): on a CPU, encoding the whole
-    conversation again every turn costs far more than batching saves (SmolLM2-135M, one
-    thread: ~90 ms per decoded token at batch 1 and ~33 ms per sequence at batch 8, but ~7 ms
-    per prompt token encoded). Without it, the batch is left-padded and generated at once.
+    With ``reuse_cache`` (default: :func:`supports_cache_reuse`) each sequence starts from the
+    longest cached prefix (:class:`_KVStore`) and only encodes what is new: on a CPU,
+    encoding the whole conversation again every turn costs far more than anything else
+    (SmolLM2-135M, one thread: ~3.5 ms per prompt token, and a service-desk prompt is ~1,500
+    tokens). The rows are then decoded together (:func:`trace_train.decoding.decode_batch`;
+    ``batch_decode=False`` decodes them one at a time, for comparison). Without it, the batch
+    is left-padded and handed to ``model.generate``.
+
+    ``prefill_dtype`` / ``decode_dtype``: ``auto``, ``float32`` or ``bfloat16`` per phase
+    (:func:`trace_train.decoding.resolve_phase_dtypes`); the choice is in ``clock.notes``.
     """
     import torch
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
     if reuse_cache is None:
         reuse_cache = supports_cache_reuse(model)
+    clock = clock if clock is not None else PhaseClock()
+    dtypes = resolve_phase_dtypes(prefill_dtype, decode_dtype, model.device)
+    clock.notes.update({"prefill_dtype": dtypes["prefill"], "decode_dtype": dtypes["decode"]})
     store = _KVStore()
     sampling = (
         {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
@@ -279,40 +301,69 @@ def hf_generate(
         else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
     )
 
-    def run(batch: list[list[int]], max_new_tokens: int, cache: Any = None) -> Any:
+    def plain(batch: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         width = max(len(x) for x in batch)
         ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch])
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
-        return model.generate(
-            input_ids=ids.to(model.device),
-            attention_mask=mask.to(model.device),
-            max_new_tokens=max_new_tokens,
-            eos_token_id=stop_ids,
-            pad_token_id=pad,
-            cache=cache,
-            return_dict_in_generate=True,
-            **sampling,
-        )
+        with clock.time("decode"), quiet():  # e.g. "exceeded the model's maximum length"
+            out = model.generate(
+                input_ids=ids.to(model.device),
+                attention_mask=mask.to(model.device),
+                max_new_tokens=max_new_tokens,
+                eos_token_id=stop_ids,
+                pad_token_id=pad,
+                return_dict_in_generate=True,
+                **sampling,
+            )
+        return out.sequences[:, width:].tolist()
+
+    def start(ids: list[int], shared: _KVStore) -> tuple[Any, Any]:
+        # Rows of this batch share prefixes too (a group's prompt): take the longer of what
+        # the store and the batch's own prefills offer; the batch's entries are only copied.
+        if shared.best(ids)[1] > store.best(ids)[1]:
+            cache, cached = shared.take(ids, copy_only=True)
+        else:
+            cache, cached = store.take(ids)
+        with clock.time("prefill"):
+            logits, cache = prefill(model, ids, cache, cached, dtypes["prefill"])
+        shared.put(ids, cache)
+        return logits, cache
+
+    def cached(batch: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        shared = _KVStore(max_entries=len(batch))
+        groups = [list(range(len(batch)))] if batch_decode else [[i] for i in range(len(batch))]
+        rows: list[list[int]] = [[] for _ in batch]
+        finished: list[tuple[list[int], Any]] = []
+        for group in groups:
+            starts = [start(batch[i], shared) for i in group]
+            decoded = decode_batch(
+                model,
+                [batch[i] for i in group],
+                starts,
+                max_new_tokens,
+                stop_ids,
+                temperature=temperature,
+                top_p=top_p,
+                dtype=dtypes["decode"],
+                clock=clock,
+            )
+            for i, (new, cache, key) in zip(group, decoded, strict=True):
+                finished.append((key, cache))
+                rows[i] = new
+        # Stored only now: a handed-over cache is extended in place, and this batch's own
+        # prefills (``shared``) must stay as they were until every row has started.
+        for key, cache in finished:
+            store.put(key, cache)
+        return rows
 
     def generate(batch: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], None]]:
         was_training = model.training
         model.eval()  # generation with the KV cache; restore train mode for the update
-        rows = []
         try:
             with torch.inference_mode():
-                if not reuse_cache:
-                    out = run(batch, max_new_tokens)
-                    width = max(len(x) for x in batch)
-                    rows = out.sequences[:, width:].tolist()
-                else:
-                    for ids in batch:
-                        cache, _ = store.take(ids)
-                        out = run([ids], max_new_tokens, cache)
-                        row = out.sequences[0].tolist()
-                        kept = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-                        if kept is not None:
-                            store.put(row[: kept.get_seq_length()], kept)
-                        rows.append(row[len(ids) :])
+                rows = (
+                    cached(batch, max_new_tokens) if reuse_cache else plain(batch, max_new_tokens)
+                )
         finally:
             model.train(was_training)
         results = []
@@ -363,18 +414,25 @@ def play_episodes(
     env_kwargs: dict | None = None,
     agent_name: str = "model",
     tool_prompt: str = "hermes",
+    clock: PhaseClock | None = None,
 ) -> list[Rollout]:
     """Play ``specs`` side by side, one ``generate`` call per turn; return rollouts in the
-    order of ``specs``."""
-    live = [_start(s, fmt, max_turns, reward_mode, env_kwargs or {}, tool_prompt) for s in specs]
+    order of ``specs``. Time spent in the environments (reset, step, verification) goes to
+    ``clock`` as ``env``."""
+    clock = clock if clock is not None else PhaseClock()
+    with clock.time("env"):
+        live = [
+            _start(s, fmt, max_turns, reward_mode, env_kwargs or {}, tool_prompt) for s in specs
+        ]
     while active := [x for x in live if not x.done]:
         budgets = [max_completion_tokens - len(x.rollout.completion_ids) for x in active]
         n_new = max(1, min(max_new_tokens, max(budgets)))
         outputs = generate(
             [x.rollout.gen_prompt_ids + x.rollout.completion_ids for x in active], n_new
         )
-        for x, (ids, lps), budget in zip(active, outputs, budgets, strict=True):
-            _advance(x, fmt, ids[: min(budget, max_new_tokens)], lps, budget, agent_name)
+        with clock.time("env"):
+            for x, (ids, lps), budget in zip(active, outputs, budgets, strict=True):
+                _advance(x, fmt, ids[: min(budget, max_new_tokens)], lps, budget, agent_name)
     for x in live:
         x.env.close()
     return [x.rollout for x in live]

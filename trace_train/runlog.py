@@ -3,19 +3,28 @@
 Each line joins what the rollouts of that step did (reward, success with and without the hint,
 group reward variance and the share of informative groups, tokens, rollouts used so far) with
 TRL's own metrics (loss, grad norm, learning rate), under namespaced keys (``reward/...``,
-``env/...``, ``group/...``, ``tokens/...``, ``train/...``). Event lines (``eval_before``,
-``train_end``) carry held-out results.
+``env/...``, ``group/...``, ``tokens/...``, ``train/...``), and where the step's wall time
+went (``time/step_seconds`` and ``time/{prefill,decode,backward,env}_share``, shares of it;
+the rest is the loss's forward passes, the optimizer and bookkeeping) with the precision each
+generation phase ran in (``gen/prefill_dtype``, ``gen/decode_dtype``). Event lines
+(``eval_before``, ``train_end``) carry held-out results.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+
+from trace_train.decoding import PhaseClock
+
+#: Phases whose share of a step's wall time the log reports.
+TIMED_PHASES = ("prefill", "decode", "backward", "env")
 
 _TRL_KEYS = {
     "loss": "train/loss",
@@ -31,6 +40,26 @@ class RolloutStats:
         self.total = total
         self.group_size = group_size
         self.pending: list[Any] = []
+        self.clock = PhaseClock()
+        self.wall_start: float | None = None
+
+    def start_clock(self) -> None:
+        """Start the wall clock of the next logged step (and drop time spent before it)."""
+        self.wall_start = time.perf_counter()
+        self.clock.flush()
+
+    def timing(self) -> dict[str, Any]:
+        """Shares of the wall time since the last call spent per phase; restarts the clock."""
+        if self.wall_start is None:
+            return {}
+        now = time.perf_counter()
+        wall, seconds = now - self.wall_start, self.clock.flush()
+        self.wall_start = now
+        out: dict[str, Any] = {"time/step_seconds": round(wall, 3)}
+        for phase in TIMED_PHASES:
+            out[f"time/{phase}_share"] = round(seconds.get(phase, 0.0) / wall, 4) if wall else 0.0
+        out.update({f"gen/{k}": v for k, v in self.clock.notes.items()})
+        return out
 
     def add(self, rollouts: list[Any]) -> None:
         self.pending.extend(rollouts)
@@ -38,8 +67,9 @@ class RolloutStats:
 
     def flush(self) -> dict[str, Any]:
         rs, self.pending = self.pending, []
+        timing = self.timing()
         if not rs:
-            return {"rollouts/total": self.total}
+            return {"rollouts/total": self.total, **timing}
         groups: dict[str, list[float]] = defaultdict(list)
         for r in rs:
             groups[r.spec.key()].append(r.reward)
@@ -62,6 +92,7 @@ class RolloutStats:
             "tokens/model": sum(r.model_tokens for r in rs),
             "tokens/env": sum(r.env_tokens for r in rs),
             "tokens/prompt": sum(len(r.prompt_ids) for r in rs),
+            **timing,
         }
 
 
@@ -76,6 +107,9 @@ class TrainingLog(TrainerCallback):
     def __init__(self, path: str | Path, stats: RolloutStats) -> None:
         self.path = Path(path)
         self.stats = stats
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.stats.start_clock()
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any
@@ -113,3 +147,16 @@ def truncate_log(path: str | Path, keep_until_step: int) -> int:
 def read_log(path: str | Path) -> list[dict[str, Any]]:
     """All lines of a training log."""
     return [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def time_backward(trainer: Any, stats: RolloutStats) -> None:
+    """Count the trainer's backward passes in the step timing (``time/backward_share``).
+    The accelerator's ``backward`` is the one call every optimizer step's gradients go
+    through, so it is timed in place rather than overriding the trainer's training step."""
+    backward = trainer.accelerator.backward
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        with stats.clock.time("backward"):
+            return backward(*args, **kwargs)
+
+    trainer.accelerator.backward = timed

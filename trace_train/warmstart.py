@@ -23,7 +23,7 @@ from typing import Any
 
 from trace_train.config import WarmstartConfig, save_config
 from trace_train.rollout import ChatFormat, EpisodeSpec, Generate, action_text, play_episodes
-from trace_train.runlog import RolloutStats, TrainingLog, truncate_log
+from trace_train.runlog import RolloutStats, TrainingLog, time_backward, truncate_log
 
 LOG_NAME = "training_log.jsonl"
 
@@ -109,6 +109,9 @@ def demonstrations(cfg: WarmstartConfig, fmt: ChatFormat) -> list[dict[str, list
 
 def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResult:
     """Supervised LoRA on oracle demonstrations; resumable; returns the adapter folder."""
+    from trace_train.quiet import quiet, silence_trl_notices
+
+    silence_trl_notices()
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -131,11 +134,12 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
 
     # -- 2. base model and demonstrations --------------------------------------------------------
     path = resolve_model(cfg.model)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    with quiet():
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     dataset = Dataset.from_list(demonstrations(cfg, ChatFormat(tokenizer)))
 
     # -- 3. held-out success of the base model ---------------------------------------------------
@@ -158,7 +162,7 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
         report_to="none",
         bf16=False,
         use_cpu=not torch.cuda.is_available(),
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # the old name (gradient_checkpointing) warns
         padding_free=False,
     )
     lora = LoraConfig(
@@ -168,23 +172,28 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
         lora_dropout=0.0,
         task_type="CAUSAL_LM",
     )
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=lora,
-        callbacks=[TrainingLog(log_path, RolloutStats()), *(callbacks or [])],
-    )
+    stats = RolloutStats()
+    with quiet():
+        trainer = SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=lora,
+            callbacks=[TrainingLog(log_path, stats), *(callbacks or [])],
+        )
+    time_backward(trainer, stats)
     started = time.time()
-    trainer.train(resume_from_checkpoint=resume_from)
+    with quiet():  # the trainer's step progress bar stays
+        trainer.train(resume_from_checkpoint=resume_from)
     seconds = time.time() - started
 
     # -- 5. save, and held-out success after -----------------------------------------------------
     policy = trainer.model
     adapter_dir = out / "adapter"
-    policy.save_pretrained(adapter_dir)
-    tokenizer.save_pretrained(adapter_dir)
+    with quiet():
+        policy.save_pretrained(adapter_dir)
+        tokenizer.save_pretrained(adapter_dir)
     after = evaluate_model(policy, tokenizer, cfg, cfg.eval_episodes) if cfg.eval_episodes else {}
     end = {"event": "train_end", "step": trainer.state.global_step, "seconds": round(seconds, 2)}
     _log(log_path, {**end, "demonstrations": len(dataset), **after})

@@ -143,6 +143,12 @@ def test_rewards_differ_within_groups_and_log_has_every_field(trained):
         assert x["env/success_hint"] == 1.0 and x["env/success_no_hint"] == 0.0
         for key in ("reward/mean", "env/success", "tokens/model", "tokens/env", "rollouts/total"):
             assert key in x
+        # Where the step's wall time went: every phase ran, and the shares fit in the step.
+        shares = [x[f"time/{p}_share"] for p in ("prefill", "decode", "backward", "env")]
+        assert all(0 < s <= 1 for s in shares) and sum(shares) <= 1, shares
+        assert x["time/step_seconds"] > 0
+        assert x["gen/prefill_dtype"] in ("float32", "bfloat16")
+        assert x["gen/decode_dtype"] in ("float32", "bfloat16")
     assert steps[-1]["rollouts/total"] == 8
     assert lines[-1]["event"] == "train_end"
 

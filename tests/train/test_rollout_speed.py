@@ -59,6 +59,8 @@ def test_cached_generation_matches_batched_generation(tiny_model_dir):
     kw = {"max_turns": 3, "max_new_tokens": 6, "max_completion_tokens": 256}
     outs = []
     for reuse in (False, True):
-        gen = hf_generate(model, tok, fmt.stop_ids, temperature=0.0, reuse_cache=reuse)
+        gen = hf_generate(
+            model, tok, fmt.stop_ids, temperature=0.0, reuse_cache=reuse, prefill_dtype="float32"
+        )
         outs.append([r.completion_ids for r in play_episodes(gen, fmt, specs, **kw)])
     assert outs[0] == outs[1]

@@ -43,6 +43,8 @@ def test_warmstart_trains_an_adapter_and_logs_before_after(tmp_path, tmp_path_fa
     assert lines[0]["event"] == "eval_before" and "heldout/success" in lines[0]
     assert lines[-1]["event"] == "train_end" and "heldout/success" in lines[-1]
     assert any("train/loss" in x for x in lines)
+    steps = [x for x in lines if "train/loss" in x]
+    assert all(0 < x["time/backward_share"] <= 1 for x in steps)  # supervised: no generation
     lora_b = [p for n, p in result.model.named_parameters() if "lora_B" in n]
     assert lora_b and any(p.abs().sum() > 0 for p in lora_b)  # B starts at zero
     reloaded = PeftModel.from_pretrained(

@@ -1,0 +1,76 @@
+"""A quiet console while models load and train.
+
+Loading a model or building a trainer makes the libraries underneath talk: transformers'
+"Loading weights" progress bars and notices, FutureWarnings about arguments that the
+libraries themselves pass to each other (``is_gradient_checkpointing``, ...), TRL's
+"experimental" notices. None of it is something a trace-rl user can act on, and it buries the
+one progress display per stage. :func:`quiet` silences that for the duration of a block and
+restores the previous settings afterwards; the trainers' own step progress bars and our
+messages (the ``trace_train`` logger) still show.
+
+    with quiet():
+        model = AutoModelForCausalLM.from_pretrained(path)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+
+#: Libraries whose loggers are lowered to errors inside :func:`quiet`.
+LIBRARY_LOGGERS = ("transformers", "peft", "trl", "accelerate", "datasets", "huggingface_hub")
+
+
+def silence_trl_notices() -> None:
+    """TRL prints a notice when its experimental modules are imported unless this is set;
+    it is read at import time, so set it before ``import trl``."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence library warnings, notices and loading bars inside the block."""
+    silence_trl_notices()
+    levels = {name: logging.getLogger(name).level for name in LIBRARY_LOGGERS}
+    bars = _transformers_bars()
+    with warnings.catch_warnings():
+        # Deprecation notices raised inside the libraries (one library calling another's
+        # renamed API): nothing in trace-rl's calls to fix, and users cannot act on them.
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for name in LIBRARY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
+        if bars is not None:
+            bars.disable_progress_bar()
+        try:
+            yield
+        finally:
+            for name, level in levels.items():
+                logging.getLogger(name).setLevel(level)
+            if bars is not None and bars.was_enabled:
+                bars.enable_progress_bar()
+
+
+class _Bars:
+    def __init__(self, module) -> None:  # noqa: ANN001
+        self.module = module
+        self.was_enabled = module.is_progress_bar_enabled()
+
+    def disable_progress_bar(self) -> None:
+        self.module.disable_progress_bar()
+
+    def enable_progress_bar(self) -> None:
+        self.module.enable_progress_bar()
+
+
+def _transformers_bars() -> _Bars | None:
+    """transformers' own progress bars ("Loading weights", "Writing model shards"), which
+    follow its logging module's switch rather than the logger level."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return None
+    return _Bars(hf_logging)
