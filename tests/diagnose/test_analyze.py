@@ -7,15 +7,11 @@ import math
 
 import pytest
 
-from trace_diagnose.analyze import (
-    LabelRun,
-    analyze,
-    descriptions_from_file,
-    labels_from_ground_truth,
-    load_label_runs,
-)
+from trace_diagnose.analyze import analyze, descriptions_from_file, load_label_runs
 from trace_diagnose.errors import ConfigError
 from trace_diagnose.ingest import ingest
+from trace_diagnose.label import labels_from_ground_truth
+from trace_diagnose.schema import LabelRun
 from trace_diagnose.stats import benjamini_hochberg, cohen_kappa, fisher_greater, newcombe, wilson
 
 from .paths import FIXTURES, TRACE_SELECTION, need
