@@ -39,17 +39,9 @@ from typing import Any
 
 import yaml
 
-STAGES = (
-    "warmstart",
-    "rollout-base",
-    "diagnose",
-    "select",
-    "map-envs",
-    "train",
-    "compose",
-    "evaluate",
-    "report",
-)
+Say = Callable[[str], None]
+"""Where a stage reports progress (``print`` on the console, a list in tests)."""
+
 COMPOSITIONS = ("routed", "moe")
 MODEL_POLICY_KINDS = ("hf", "embedded", "moe", "routed", "litellm")
 """Policy-spec prefixes of model policies (the rest are scripted trace_gym agents)."""
@@ -243,7 +235,7 @@ def _eval(run: Run, policy: str, env_ids: list[str], episodes: int, split: str, 
 # ---------------------------------------------------------------------------------------------
 # Stages (each returns what it produced; the runner records it)
 # ---------------------------------------------------------------------------------------------
-def stage_warmstart(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_warmstart(run: Run, say: Say) -> dict[str, Any]:
     """Supervised LoRA on the target's oracle demonstrations, merged into ``base_model/``."""
     cfg = run.config
     if cfg.warmstart_demonstrations <= 0 or not cfg.train or cfg.trajectories:
@@ -279,7 +271,7 @@ def _merge_adapter(base: str, adapter: Path, out: Path) -> None:
     AutoTokenizer.from_pretrained(base).save_pretrained(out)
 
 
-def stage_rollout_base(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_rollout_base(run: Run, say: Say) -> dict[str, Any]:
     """The base agent on the target's eval split: the trajectories that are diagnosed."""
     cfg = run.config
     if cfg.trajectories:
@@ -292,7 +284,7 @@ def stage_rollout_base(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     return {"trajectories": [str(out / "episodes.jsonl")], "policy": policy, "source": "rollout"}
 
 
-def stage_diagnose(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_diagnose(run: Run, say: Say) -> dict[str, Any]:
     """trace_diagnose with the LLM, or the environment's capability-tagged checks."""
     import trace_diagnose as td
 
@@ -311,14 +303,7 @@ def stage_diagnose(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
             "diagnosis: no LLM configured, so the environment's own capability-tagged checks "
             "label the trajectories (ground truth, not an LLM's judgement)"
         )
-        caps = sorted({c for t in with_truth for c in t.ground_truth.required})
-        runs = td.labels_from_ground_truth(trajectories, caps)
-        analysis = td.analyze(runs, trajectories=trajectories)
-        matches = td.map_envs(analysis["core"])
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "analysis.json").write_text(json.dumps(analysis, indent=2, default=str))
-        summary = {"labeller": "environment ground truth (no LLM)"}
-        td.write_report(out, analysis, [], matches, runs, trajectories, summary=summary)
+        analysis = td.diagnose_from_ground_truth(trajectories, out)
         method = "ground_truth"
     else:
         raise PipelineError(
@@ -329,7 +314,7 @@ def stage_diagnose(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     return {"method": method, "core": analysis["core"], "report": str(out / "report.html")}
 
 
-def stage_select(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_select(run: Run, say: Say) -> dict[str, Any]:
     """The capabilities to train: the diagnosis's core, in order, at most ``max_adapters``."""
     analysis = json.loads(run.path("diagnose", "analysis.json").read_text())
     chosen = analysis["core"][: run.config.max_adapters]
@@ -344,7 +329,7 @@ def stage_select(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     return {"selected": chosen}
 
 
-def stage_map_envs(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_map_envs(run: Run, say: Say) -> dict[str, Any]:
     """Each selected capability -> a training environment (tags of envs_registry.yaml)."""
     import trace_diagnose as td
 
@@ -359,7 +344,7 @@ def stage_map_envs(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     return {"plan": plan}
 
 
-def stage_train(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_train(run: Run, say: Say) -> dict[str, Any]:
     """One GRPO-LoRA adapter per matched capability (each run resumes from its checkpoints)."""
     from trace_train.config import GRPORunConfig, load_config
     from trace_train.grpo import train as grpo_train
@@ -394,9 +379,9 @@ def stage_train(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     return {"adapters": adapters}
 
 
-def stage_compose(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_compose(run: Run, say: Say) -> dict[str, Any]:
     """Per-task routing and/or the token-level mixture over the trained adapters."""
-    from trace_train.pipeline_compose import build_moe, build_routed, routing_check
+    from trace_train.pipeline.compose import build_moe, build_routed, routing_check
 
     adapters = run.output("train").get("adapters", {})
     if not adapters:
@@ -428,7 +413,7 @@ def policies(run: Run) -> dict[str, str]:
     return out
 
 
-def stage_evaluate(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_evaluate(run: Run, say: Say) -> dict[str, Any]:
     """Every policy on the target's held-out split (one finished policy is never rerun)."""
     cfg = run.config
     results = {}
@@ -445,28 +430,39 @@ def stage_evaluate(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     return {"summaries": results}
 
 
-def stage_report(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
-    from trace_train.pipeline_report import write_run_report
+def stage_report(run: Run, say: Say) -> dict[str, Any]:
+    from trace_train.pipeline.report import write_run_report
 
     paths = write_run_report(run)
     say(f"report: {paths['html']}")
     return {k: str(v) for k, v in paths.items()}
 
 
-STAGE_FUNCTIONS: dict[str, Callable[[Run, Callable[[str], None]], dict[str, Any]]] = {
-    "warmstart": stage_warmstart,
-    "rollout-base": stage_rollout_base,
-    "diagnose": stage_diagnose,
-    "select": stage_select,
-    "map-envs": stage_map_envs,
-    "train": stage_train,
-    "compose": stage_compose,
-    "evaluate": stage_evaluate,
-    "report": stage_report,
-}
+@dataclass(frozen=True)
+class Stage:
+    """One row of the stage table: its name (the key in ``stages.json``), what it runs, and
+    whether it belongs to training (skipped when the config sets ``train: false``)."""
+
+    name: str
+    fn: Callable[[Run, Say], dict[str, Any]]
+    trains: bool = False
 
 
-def run_pipeline(config: PipelineConfig, say: Callable[[str], None] = print) -> Path:
+STAGES: tuple[Stage, ...] = (
+    Stage("warmstart", stage_warmstart),
+    Stage("rollout-base", stage_rollout_base),
+    Stage("diagnose", stage_diagnose),
+    Stage("select", stage_select),
+    Stage("map-envs", stage_map_envs),
+    Stage("train", stage_train, trains=True),
+    Stage("compose", stage_compose, trains=True),
+    Stage("evaluate", stage_evaluate, trains=True),
+    Stage("report", stage_report),
+)
+"""Every stage of ``trace run``, in the order it runs."""
+
+
+def run_pipeline(config: PipelineConfig, say: Say = print) -> Path:
     """Run (or resume) every stage; return the path of the final HTML report."""
     run = Run(config)
     saved = run.path("config.yaml")
@@ -477,18 +473,17 @@ def run_pipeline(config: PipelineConfig, say: Callable[[str], None] = print) -> 
     saved.write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
     if config.trajectories and config.train and not config.target:
         raise PipelineError("training needs a trace_gym target to evaluate on; set train: false")
-    skip_training = not config.train
     for i, stage in enumerate(STAGES, 1):
-        if skip_training and stage in ("train", "compose", "evaluate"):
+        if stage.trains and not config.train:
             continue
-        if run.done(stage):
-            say(f"[{i}/{len(STAGES)}] {stage}: done earlier, skipped")
+        if run.done(stage.name):
+            say(f"[{i}/{len(STAGES)}] {stage.name}: done earlier, skipped")
             continue
-        say(f"[{i}/{len(STAGES)}] {stage} ...")
-        run.mark(stage, "started")
+        say(f"[{i}/{len(STAGES)}] {stage.name} ...")
+        run.mark(stage.name, "started")
         started = time.time()
-        output = STAGE_FUNCTIONS[stage](run, say)
-        run.mark(stage, "done", output, seconds=time.time() - started)
+        output = stage.fn(run, say)
+        run.mark(stage.name, "done", output, seconds=time.time() - started)
     return Path(run.output("report")["html"])
 
 
