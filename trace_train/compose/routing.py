@@ -2,8 +2,8 @@
 
 The base model reads the task's system prompt and first user message together with the
 adapters' capability descriptions, each under a letter label, plus one more label for "no
-adapter"; the label with the highest next-token log-probability wins (``paper.md`` section
-5.1: per conversation, top-1, label probabilities at temperature 1). The chosen adapter then
+adapter"; the label with the highest next-token log-probability wins (as in the TRACE paper's
+routing: per conversation, top-1, label probabilities at temperature 1). The chosen adapter then
 serves the whole episode. The decision depends only on that text, so it is testable without
 environments.
 
