@@ -1,7 +1,7 @@
 """The final report of ``trace run``: one self-contained HTML page plus JSON.
 
 Base vs each single adapter vs routed vs mixture on the target's held-out split (success and
-mean reward with 95 % intervals), per-capability success before and after, rollouts spent per
+mean reward with 95 % intervals), the validation gates of every synthesised environment, per-capability success before and after, rollouts spent per
 adapter, the diagnosis summary, and links to every artifact of the run. Inline CSS and SVG
 only; every string is escaped by jinja2's autoescape; the page makes no external request.
 """
@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+
+from trace_train.pipeline.stages import training_plan
 
 BAR_WIDTH = 420
 """Pixel width of a 100 % bar in the success chart."""
@@ -111,6 +113,22 @@ def _moe_stats(run: Any) -> dict[str, Any]:
     return (config or {}).get("stats", {})
 
 
+def _synthesized(run: Any) -> list[dict[str, Any]]:
+    """Per capability the synthesize stage handled: outcome, attempts and the last attempt's
+    gates (name, status, reason), or the request file written for later."""
+    rows = []
+    for cap, info in run.output("synthesize").get("environments", {}).items():
+        rows.append(
+            {
+                "capability": cap,
+                **info,
+                "request": _rel(run, info["request"]) if info.get("request") else None,
+                "record": _rel(run, info["record"]) if info.get("record") else None,
+            }
+        )
+    return rows
+
+
 def build_context(run: Any) -> dict[str, Any]:
     cfg = run.config
     analysis = _read_json(run.path("diagnose", "analysis.json")) or {}
@@ -137,7 +155,8 @@ def build_context(run: Any) -> dict[str, Any]:
         ],
         "totals": analysis.get("totals", {}),
         "ground_truth": analysis.get("ground_truth", {}),
-        "env_plan": run.output("map-envs").get("plan", []),
+        "env_plan": training_plan(run),
+        "synthesized": _synthesized(run),
         "adapters": [
             {
                 "capability": cap,

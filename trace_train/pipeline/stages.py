@@ -1,7 +1,7 @@
 """``trace run``: the TRACE loop end to end, resumable stage by stage.
 
-    warmstart -> rollout-base -> diagnose -> select -> map-envs -> train -> compose
-              -> evaluate -> report
+    warmstart -> rollout-base -> diagnose -> select -> map-envs -> synthesize -> train
+              -> compose -> evaluate -> rediagnose -> report
 
 Every stage writes into one run folder and records itself in ``stages.json`` when it
 finishes; a rerun of the same command skips finished stages and resumes an interrupted one
@@ -22,6 +22,9 @@ Run folder::
     rollout-base/        episodes.jsonl, summary.json: the base agent on the target
     diagnose/            trace_diagnose run folder (analysis.json, report.html, ...)
     select.json  map-envs.json
+    environments/        synthesised environments (a TRACE_GYM_PATH folder: registry.yaml,
+                         one module per environment, synthesis/<capability>.json records)
+    synthesize/          requests/<capability>.json when no LLM writes them here
     train/<capability>/  one GRPO run each: adapter/, training_log.jsonl, checkpoints/
     compose/routed/  compose/moe/
     evaluate/<policy>/   episodes.jsonl, summary.json on the held-out split
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -87,6 +91,12 @@ class PipelineConfig:
     """Independent LLM labelling runs (the paper uses 10)."""
     max_cost: float | None = None
     """Hard cap in USD on the diagnosis's LLM spend."""
+    synthesis_llm: str | None = None
+    """``provider/model`` that writes environments for selected capabilities no environment
+    trains (default: ``llm``); without either, the synthesis requests are written to run later
+    with ``trace-gym synthesize``."""
+    synthesis_attempts: int = 5
+    """Attempts per capability; each rejected attempt's failing gates go back to the model."""
     max_adapters: int = 2
     """Train at most this many adapters (the selected capabilities, in order)."""
     train: bool = True
@@ -132,7 +142,13 @@ class PipelineConfig:
             raise PipelineError(f"difficulty={self.difficulty} must be in [0, 1]")
         if self.eval_split not in ("eval", "test"):
             raise PipelineError(f"eval_split={self.eval_split!r}; use test (default) or eval")
-        for name in ("diagnose_episodes", "eval_episodes", "max_adapters", "label_runs"):
+        for name in (
+            "diagnose_episodes",
+            "eval_episodes",
+            "max_adapters",
+            "label_runs",
+            "synthesis_attempts",
+        ):
             if getattr(self, name) < 1:
                 raise PipelineError(f"{name}={getattr(self, name)} must be >= 1")
 
@@ -344,6 +360,123 @@ def stage_map_envs(run: Run, say: Say) -> dict[str, Any]:
     return {"plan": plan}
 
 
+def training_plan(run: Run) -> list[dict[str, Any]]:
+    """Capability -> environment rows to train: map-envs' matches with the environments the
+    synthesize stage wrote filled in."""
+    return run.output("synthesize").get("plan") or run.output("map-envs").get("plan", [])
+
+
+def environments_folder(run: Run) -> Path:
+    """The run's user environment folder (what ``trace-gym synthesize --out`` writes)."""
+    return run.path("environments")
+
+
+def use_environments(folder: Path) -> None:
+    """Register the environments of ``folder`` in this process and its children: add it to
+    ``TRACE_GYM_PATH`` (which ``import trace_gym`` reads) and register its rows now."""
+    from trace_gym.registration import register_envs
+    from trace_gym.user_envs import PATH_VARIABLE, REGISTRY_FILE
+
+    if not (folder / REGISTRY_FILE).is_file():
+        return
+    folders = [p for p in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if p]
+    if str(folder.resolve()) not in [str(Path(p).resolve()) for p in folders]:
+        os.environ[PATH_VARIABLE] = os.pathsep.join([*folders, str(folder.resolve())])
+    register_envs()
+
+
+def _definition(run: Run, capability: str) -> str:
+    """The capability's definition from the diagnosis (its rubric), else its name in words."""
+    caps = run.path("diagnose", "capabilities.json")
+    if caps.is_file():
+        data = json.loads(caps.read_text())
+        rows = data.get("capabilities", data) if isinstance(data, dict) else data
+        for row in rows if isinstance(rows, list) else []:
+            if isinstance(row, dict) and row.get("name") == capability and row.get("definition"):
+                return str(row["definition"])
+    return capability.replace("_", " ")
+
+
+def _evidence(run: Run, capability: str) -> str:
+    from trace_gym.errors import ConfigError as GymConfigError
+    from trace_gym.synthesize import evidence_from_diagnosis
+
+    try:
+        return evidence_from_diagnosis(run.path("diagnose"), capability)
+    except GymConfigError:  # a ground-truth diagnosis quotes no failures
+        return ""
+
+
+def stage_synthesize(run: Run, say: Say) -> dict[str, Any]:
+    """An environment for every selected capability that has none: written by an LLM and
+    kept only if every validation gate passes (``trace_gym.synthesize``); without an LLM (or
+    with training off) the synthesis requests are written for ``trace-gym synthesize``."""
+    cfg = run.config
+    plan = [dict(item) for item in run.output("map-envs").get("plan", [])]
+    missing = [item for item in plan if item.get("env_id") is None]
+    if not missing:
+        return {"plan": plan, "environments": {}}
+    llm = cfg.synthesis_llm or cfg.llm
+    folder = environments_folder(run)
+    done: dict[str, Any] = {}
+    if not llm or not cfg.train:
+        why = "no LLM is configured (set synthesis_llm or llm)" if not llm else "training is off"
+        requests = run.path("synthesize", "requests")
+        requests.mkdir(parents=True, exist_ok=True)
+        for item in missing:
+            cap = item["capability"]
+            request = {
+                "capability": cap,
+                "definition": _definition(run, cap),
+                "evidence": _evidence(run, cap),
+                "out": str(folder),
+                "command": (
+                    f"trace-gym synthesize --capability {cap} "
+                    f"--definition {json.dumps(_definition(run, cap))} "
+                    f"--from-diagnosis {run.path('diagnose')} --llm PROVIDER/MODEL "
+                    f"--out {folder}"
+                ),
+            }
+            path = requests / f"{cap}.json"
+            path.write_text(json.dumps(request, indent=2) + "\n")
+            done[cap] = {"status": "requested", "request": str(path)}
+            say(f"synthesize: {cap} has no environment and {why}; request written to {path}")
+        return {"plan": plan, "environments": done}
+    from trace_gym.synthesize import litellm_completion, synthesize
+
+    complete = litellm_completion(llm, cfg.llm_api_base)
+    for item in missing:
+        cap = item["capability"]
+        say(f"synthesize: writing an environment for {cap} with {llm}")
+        result = synthesize(
+            cap,
+            _definition(run, cap),
+            folder,
+            complete,
+            model=llm,
+            evidence=_evidence(run, cap),
+            attempts=cfg.synthesis_attempts,
+            log=lambda line, cap=cap: say(f"synthesize: {cap}: {line}"),
+        )
+        last = result.attempts[-1] if result.attempts else None
+        done[cap] = {
+            "status": "accepted" if result.accepted else "rejected",
+            "env_id": result.env_id,
+            "record": result.record_path,
+            "attempts": len(result.attempts),
+            "gates": last.gates if last else [],
+        }
+        if result.accepted:
+            item["env_id"] = result.env_id
+            item["rationale"] = f"synthesised by {llm}, every validation gate passed"
+            use_environments(folder)
+        say(
+            f"synthesize: {cap} -> "
+            + (result.env_id if result.accepted else f"rejected after {len(result.attempts)}")
+        )
+    return {"plan": plan, "environments": done}
+
+
 def stage_train(run: Run, say: Say) -> dict[str, Any]:
     """One GRPO-LoRA adapter per matched capability (each run resumes from its checkpoints)."""
     from trace_train.config import GRPORunConfig, load_config
@@ -351,7 +484,7 @@ def stage_train(run: Run, say: Say) -> dict[str, Any]:
 
     cfg = run.config
     adapters = {}
-    for item in run.output("map-envs")["plan"]:
+    for item in training_plan(run):
         if not cfg.train or item["env_id"] is None:
             continue
         out = run.path("train", item["capability"])
@@ -454,6 +587,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("diagnose", stage_diagnose),
     Stage("select", stage_select),
     Stage("map-envs", stage_map_envs),
+    Stage("synthesize", stage_synthesize),
     Stage("train", stage_train, trains=True),
     Stage("compose", stage_compose, trains=True),
     Stage("evaluate", stage_evaluate, trains=True),
@@ -473,6 +607,7 @@ def run_pipeline(config: PipelineConfig, say: Say = print) -> Path:
     saved.write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
     if config.trajectories and config.train and not config.target:
         raise PipelineError("training needs a trace_gym target to evaluate on; set train: false")
+    use_environments(environments_folder(run))  # synthesised by an earlier, interrupted run
     for i, stage in enumerate(STAGES, 1):
         if stage.trains and not config.train:
             continue
