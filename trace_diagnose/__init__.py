@@ -12,6 +12,7 @@ Public API (every name below is importable from `trace_diagnose`)::
     run_diagnosis(inputs, run_dir, model, *, n_runs=10, llm=None, ...) -> dict   # all stages
     load_label_runs("DIR/run_*.json") -> list[LabelRun]          # ours or the paper's format
     labels_from_ground_truth(trajectories, capabilities) -> list[LabelRun]   # no LLM
+    lacking_rates(runs) -> {capability: {rate, lacking, judged, runs}}   # before/after training
     analyze(runs, descriptions=None, *, rho=RHO, delta=DELTA, k_consistency=None,
             trajectories=None) -> dict                           # paper rule + statistics
     map_envs(capabilities, registry=None, llm=None, cache=None, min_score=0.3) -> list[dict]
@@ -34,7 +35,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from .analyze import analyze, load_label_runs
+from .analyze import analyze, lacking_rates, load_label_runs
 from .errors import (
     BudgetExceeded,
     CacheMiss,
@@ -77,6 +78,7 @@ __all__ = [
     "diagnose_from_ground_truth",
     "ingest",
     "labels_from_ground_truth",
+    "lacking_rates",
     "load_label_runs",
     "map_envs",
     "render",

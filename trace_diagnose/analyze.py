@@ -411,3 +411,29 @@ def descriptions_from_file(path: Path) -> dict[str, str]:
         for c in items
         if isinstance(c, dict) and "name" in c
     }
+
+
+def lacking_rates(runs: list[LabelRun]) -> dict[str, dict[str, Any]]:
+    """Per capability, how often it is LACKING where it was judged: among the trajectories
+    labelled PRESENT or LACKING (NA excluded, so tasks that do not need the capability do not
+    dilute it), failed and passed together. ``rate`` is the mean over runs; ``lacking`` and
+    ``judged`` count the first run; ``rate`` is None where no trajectory was judged."""
+    out: dict[str, dict[str, Any]] = {}
+    caps = sorted({c for r in runs for c in r.labels})
+    for cap in caps:
+        rates, first = [], None
+        for r in runs:
+            verdicts = [r.labels.get(cap, {}).get(t) for t in r.failed + r.passed]
+            lacking = sum(v == "LACKING" for v in verdicts)
+            judged = lacking + sum(v == "PRESENT" for v in verdicts)
+            if first is None:
+                first = (lacking, judged)
+            if judged:
+                rates.append(lacking / judged)
+        out[cap] = {
+            "rate": sum(rates) / len(rates) if rates else None,
+            "lacking": first[0] if first else 0,
+            "judged": first[1] if first else 0,
+            "runs": len(runs),
+        }
+    return out

@@ -115,6 +115,32 @@ def test_report_compares_every_policy_with_intervals(finished_run):
     )
 
 
+def test_rediagnosis_tabulates_lacking_rates_before_and_after(finished_run):
+    run_dir = finished_run["dir"]
+    report = json.loads((run_dir / "report.json").read_text())
+    table = report["rediagnosis"]
+    names = [p["name"] for p in report["policies"]]
+    assert table["method"] == "ground_truth" and table["policies"] == names
+    rows = {r["capability"]: r for r in table["rows"]}
+    (adapter,) = report["adapters"]
+    assert (
+        table["rows"][0]["capability"] == adapter["capability"]
+        and rows[adapter["capability"]]["trained"]
+    )
+    for cap in PLANTED:  # the planted lapses show in the diagnosed agent's rate
+        before = rows[cap]["before"]
+        assert 0.0 < before["rate"] < 1.0 and before["judged"] > 0
+    for row in rows.values():
+        assert set(row["after"]) == set(names)
+        for cell in row["after"].values():
+            assert cell is None or cell["judged"] <= report["policies"][0]["episodes"]
+    for name in names:
+        labels = run_dir / "rediagnose" / name.replace(":", "__") / "labels" / "run_01.json"
+        assert labels.exists(), name
+    assert "Re-diagnosis" in finished_run["report"].read_text()
+    assert any(line.startswith("rediagnose: ") for line in finished_run["log"])
+
+
 def test_adapter_and_compositions_are_loadable_folders(finished_run):
     run_dir = finished_run["dir"]
     (adapter_dir,) = list((run_dir / "train").glob("*/adapter"))

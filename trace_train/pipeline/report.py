@@ -1,7 +1,8 @@
 """The final report of ``trace run``: one self-contained HTML page plus JSON.
 
 Base vs each single adapter vs routed vs mixture on the target's held-out split (success and
-mean reward with 95 % intervals), the validation gates of every synthesised environment, per-capability success before and after, rollouts spent per
+mean reward with 95 % intervals), the validation gates of every synthesised environment, the LACKING rate per capability
+before and after training (re-diagnosis), per-capability success before and after, rollouts spent per
 adapter, the diagnosis summary, and links to every artifact of the run. Inline CSS and SVG
 only; every string is escaped by jinja2's autoescape; the page makes no external request.
 """
@@ -173,6 +174,7 @@ def build_context(run: Any) -> dict[str, Any]:
         "compose": {k: _rel(run, v) for k, v in run.output("compose").items()},
         "routing_check": _read_json(run.path("compose", "routing_check.json")) or {},
         "moe_stats": _moe_stats(run),
+        "rediagnosis": _read_json(run.path("rediagnose", "lacking.json")) or {},
         "eval_split": cfg.eval_split,
         "diagnosis_report": diagnose.get("report"),
         "stages": run.state,

@@ -28,6 +28,8 @@ Run folder::
     train/<capability>/  one GRPO run each: adapter/, training_log.jsonl, checkpoints/
     compose/routed/  compose/moe/
     evaluate/<policy>/   episodes.jsonl, summary.json on the held-out split
+    rediagnose/<policy>/ the same diagnosis of each policy's held-out episodes;
+                         rediagnose/lacking.json: LACKING rate per capability, before and after
 """
 
 from __future__ import annotations
@@ -563,6 +565,85 @@ def stage_evaluate(run: Run, say: Say) -> dict[str, Any]:
     return {"summaries": results}
 
 
+def _diagnose_like_the_base(run: Run, inputs: list[str], out: Path) -> None:
+    """Diagnose ``inputs`` into ``out`` the way the base agent's trajectories were: with the
+    same LLM and the same capability rubric, or from the environment's ground truth."""
+    import trace_diagnose as td
+
+    cfg = run.config
+    if run.output("diagnose").get("method") == "ground_truth":
+        td.diagnose_from_ground_truth(inputs, out)
+        return
+    llm = td.LLMConfig(model=cfg.llm, api_base=cfg.llm_api_base, max_cost=cfg.max_cost)
+    rubric = run.path("diagnose", "capabilities.json")
+    try:
+        td.run_diagnosis(
+            inputs,
+            out,
+            llm=llm,
+            n_runs=cfg.label_runs,
+            capabilities=rubric if rubric.is_file() else None,
+            show_progress=False,
+        )
+    except td.IncompleteDiagnosis:
+        pass  # the labels written still count; the folder's report says what is missing
+
+
+def _lacking(folder: Path) -> dict[str, dict[str, Any]]:
+    import trace_diagnose as td
+
+    labels = folder / "labels"
+    if not any(labels.glob("run_*.json")):
+        return {}
+    return td.lacking_rates(td.load_label_runs(labels))
+
+
+def stage_rediagnose(run: Run, say: Say) -> dict[str, Any]:
+    """Diagnose every evaluated policy's held-out trajectories like the base agent's, and
+    tabulate per capability the LACKING rate before (the diagnosed agent) and after training
+    (each policy): did the gap an adapter was trained for close?"""
+    cfg = run.config
+    if not run.output("diagnose").get("method"):
+        return {}
+    folders = {}
+    for name, summary in run.output("evaluate").get("summaries", {}).items():
+        out = run.path("rediagnose", name.replace(":", "__"))
+        if not (out / "analysis.json").exists():
+            episodes = str(Path(summary).with_name("episodes.jsonl"))
+            say(f"rediagnose: {name} on its {cfg.eval_episodes} {cfg.eval_split} episodes")
+            _diagnose_like_the_base(run, [episodes], out)
+        folders[name] = str(out)
+    before = _lacking(run.path("diagnose"))
+    after = {name: _lacking(Path(folder)) for name, folder in folders.items()}
+    trained = list(run.output("train").get("adapters", {}))
+    caps = [c for c in trained if c in before] + sorted(c for c in before if c not in trained)
+    rows = [
+        {
+            "capability": cap,
+            "trained": cap in trained,
+            "before": before[cap],
+            "after": {name: rates.get(cap) for name, rates in after.items()},
+        }
+        for cap in caps
+    ]
+    run.path("rediagnose").mkdir(parents=True, exist_ok=True)
+    table = {"method": run.output("diagnose")["method"], "policies": list(folders), "rows": rows}
+    run.path("rediagnose", "lacking.json").write_text(json.dumps(table, indent=2))
+    for row in rows:
+        if row["trained"]:
+            now = ", ".join(
+                f"{name} {_pct(r)}" for name, r in row["after"].items() if r is not None
+            )
+            say(f"rediagnose: {row['capability']} LACKING {_pct(row['before'])} before; {now}")
+    return {"folders": folders, "table": str(run.path("rediagnose", "lacking.json"))}
+
+
+def _pct(rates: dict[str, Any] | None) -> str:
+    if not rates or rates.get("rate") is None:
+        return "-"
+    return f"{rates['rate']:.0%} of {rates['judged']}"
+
+
 def stage_report(run: Run, say: Say) -> dict[str, Any]:
     from trace_train.pipeline.report import write_run_report
 
@@ -591,6 +672,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("train", stage_train, trains=True),
     Stage("compose", stage_compose, trains=True),
     Stage("evaluate", stage_evaluate, trains=True),
+    Stage("rediagnose", stage_rediagnose, trains=True),
     Stage("report", stage_report),
 )
 """Every stage of ``trace run``, in the order it runs."""
