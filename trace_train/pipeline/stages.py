@@ -10,9 +10,9 @@ policy). This is the one module that imports all three packages, lazily, so each
 still installs and works alone.
 
 Diagnosis uses ``trace_diagnose`` with an LLM when ``llm`` is set. Without one, and with a
-trace_gym target, the environment's own capability-tagged checks label the trajectories (a
-capability in ``lacking_capabilities`` is LACKING, a required one PRESENT, others NA); the
-console and the report say so. With both, the LLM's report also shows its agreement with
+trace_gym target, the environment's own capability-tagged checks label the trajectories
+(``trace_diagnose.diagnose_from_ground_truth``: a capability in ``lacking_capabilities`` is
+LACKING, a required one PRESENT, others NA); the console and the report say so. With both, the LLM's report also shows its agreement with
 that ground truth.
 
 Run folder::
