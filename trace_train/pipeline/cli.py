@@ -64,9 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trace", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="diagnose, select, train, compose, evaluate, report")
+    run = sub.add_parser(
+        "run", help="diagnose, select, synthesize, train, compose, evaluate, rediagnose, report"
+    )
     run.add_argument("--config", help="YAML file of PipelineConfig fields")
-    run.add_argument("--llm", help="provider/model for the diagnosis (default: ground truth)")
+    run.add_argument(
+        "--llm",
+        help="provider/model for the diagnosis and for writing missing environments "
+        "(default: ground-truth labels; synthesis requests written for later)",
+    )
     run.add_argument("--run-dir", help="run folder (overrides the config)")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
     run.set_defaults(fn=cmd_run)
