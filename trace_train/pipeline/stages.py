@@ -634,6 +634,7 @@ def stage_rediagnose(run: Run, say: Say) -> dict[str, Any]:
             now = ", ".join(
                 f"{name} {_pct(r)}" for name, r in row["after"].items() if r is not None
             )
+            now = now or "no held-out episode needed it"
             say(f"rediagnose: {row['capability']} LACKING {_pct(row['before'])} before; {now}")
     return {"folders": folders, "table": str(run.path("rediagnose", "lacking.json"))}
 
