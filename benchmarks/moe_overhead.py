@@ -25,7 +25,13 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
 
-from trace_train.moe import ExpertSpec, MoEConfig, RouterSpec, attach_experts, router_parameters
+from trace_train.compose.moe import (
+    ExpertSpec,
+    MoEConfig,
+    RouterSpec,
+    attach_experts,
+    router_parameters,
+)
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

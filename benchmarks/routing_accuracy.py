@@ -35,9 +35,14 @@ def main() -> None:
 
     import trace_gym
     from trace_gym.registration import load_registry
+    from trace_train.compose.routing import (
+        RoutedExpert,
+        RoutingConfig,
+        build_routed,
+        task_routing_accuracy,
+    )
     from trace_train.embedded import resolve_model
-    from trace_train.pipeline_compose import describe
-    from trace_train.routing import RoutedExpert, RoutingConfig, build_routed, routing_accuracy
+    from trace_train.pipeline.compose import describe
 
     base = resolve_model(args.model)
     envs = [e for e in load_registry() if e.id != "trace/service-desk-v0"]
@@ -60,7 +65,7 @@ def main() -> None:
             _, info = env.reset(seed=seed, options={"split": "eval"})
             tasks.append((info["messages"][:2], entry.capability))
     start = time.perf_counter()
-    result = routing_accuracy(policy, tasks)
+    result = task_routing_accuracy(policy, tasks)
     seconds = time.perf_counter() - start
     result.update(
         {

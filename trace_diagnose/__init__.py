@@ -12,7 +12,8 @@ Public API (every name below is importable from `trace_diagnose`)::
     run_diagnosis(inputs, run_dir, model, *, n_runs=10, llm=None, ...) -> dict   # all stages
     load_label_runs("DIR/run_*.json") -> list[LabelRun]          # ours or the paper's format
     labels_from_ground_truth(trajectories, capabilities) -> list[LabelRun]   # no LLM
-    analyze(runs, descriptions=None, *, rho=0.10, delta=0.20, k_consistency=None,
+    lacking_rates(runs) -> {capability: {rate, lacking, judged, runs}}   # before/after training
+    analyze(runs, descriptions=None, *, rho=RHO, delta=DELTA, k_consistency=None,
             trajectories=None) -> dict                           # paper rule + statistics
     map_envs(capabilities, registry=None, llm=None, cache=None, min_score=0.3) -> list[dict]
     write_report(out_dir, analysis, capabilities, env_matches, runs, trajectories) -> paths
@@ -34,7 +35,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from .analyze import LabelRun, analyze, labels_from_ground_truth, load_label_runs
+from .analyze import analyze, lacking_rates, load_label_runs
 from .errors import (
     BudgetExceeded,
     CacheMiss,
@@ -47,11 +48,12 @@ from .errors import (
     UnknownFormatError,
 )
 from .ingest import detect_format, ingest
+from .label import labels_from_ground_truth
 from .llm import Cache, LLMClient, LLMConfig
 from .render import RenderConfig, Rendered, render
 from .report import write_report
-from .run import run_diagnosis, status
-from .schema import Capability, Outcome, Step, Trajectory
+from .run import diagnose_from_ground_truth, run_diagnosis, status
+from .schema import Capability, LabelRun, Outcome, Step, Trajectory
 
 __all__ = [
     "BudgetExceeded",
@@ -73,8 +75,10 @@ __all__ = [
     "UnknownFormatError",
     "analyze",
     "detect_format",
+    "diagnose_from_ground_truth",
     "ingest",
     "labels_from_ground_truth",
+    "lacking_rates",
     "load_label_runs",
     "map_envs",
     "render",

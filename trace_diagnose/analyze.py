@@ -3,8 +3,7 @@
 Public API::
 
     load_label_runs(paths_or_glob) -> list[LabelRun]     # ours or the paper's run_XX.json
-    labels_from_ground_truth(trajectories, capabilities) -> list[LabelRun]
-    analyze(runs, descriptions=None, *, rho=0.10, delta=0.20, k_consistency=None,
+    analyze(runs, descriptions=None, *, rho=RHO, delta=DELTA, k_consistency=None,
             trajectories=None) -> dict                  # the analysis.json content
 
 **The paper's rule, exactly** (the TRACE release's `aggregate_capabilities.py`): for
@@ -40,12 +39,11 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .schema import Trajectory
+from .schema import LISTS, LabelRun, Trajectory
 from .stats import benjamini_hochberg, cohen_kappa, fisher_greater, mean_std, newcombe, wilson
 
 RHO = 0.10  # coverage threshold (paper)
@@ -55,51 +53,6 @@ MIN_FAIL_NON_NA = 5  # fewer non-NA failures than this: "insufficient evidence"
 MIN_LACKING = 3  # fewer LACKING failures than this: "insufficient evidence"
 Q_MAX = 0.10  # Benjamini-Hochberg q at or above this: "not significant"
 EXAMPLES = 8  # example failed cases kept per selected capability (paper)
-LISTS = (
-    "lacking_failed",
-    "present_failed",
-    "na_failed",
-    "lacking_passed",
-    "present_passed",
-    "na_passed",
-)
-RUN_FORMAT = "trace_diagnose.labels.v1"
-
-
-@dataclass
-class LabelRun:
-    """One labelling pass: verdicts per capability and trajectory, outcomes, exclusions."""
-
-    attempt: int
-    failed: list[str]
-    passed: list[str]
-    labels: dict[str, dict[str, str]]  # capability -> trajectory id -> PRESENT/LACKING/NA
-    unlabelled: dict[str, str] = field(default_factory=dict)
-    evidence: dict[str, Any] = field(default_factory=dict)
-    tasks: dict[str, str] = field(default_factory=dict)  # trajectory id -> task id
-
-    def to_json(self) -> dict[str, Any]:
-        """The run in the paper's layout, plus our extra keys."""
-        failed, passed = set(self.failed), set(self.passed)
-        labels = {}
-        for cap, verdicts in self.labels.items():
-            lists: dict[str, list[str]] = {k: [] for k in LISTS}
-            for tid in self.failed + self.passed:
-                verdict = verdicts.get(tid)
-                if verdict is None:
-                    continue
-                side = "failed" if tid in failed else "passed"
-                lists[f"{verdict.lower()}_{side}"].append(tid)
-            labels[cap] = lists
-        return {
-            "format": RUN_FORMAT,
-            "attempt": self.attempt,
-            "totals": {"total_failed": len(failed), "total_passed": len(passed)},
-            "labels": labels,
-            "unlabelled": self.unlabelled,
-            "tasks": self.tasks,
-            "evidence": self.evidence,
-        }
 
 
 def _run_from_json(data: Any, path: Path) -> LabelRun:
@@ -155,36 +108,6 @@ def load_label_runs(paths: str | Path | Iterable[str | Path]) -> list[LabelRun]:
             raise ConfigError(f"{f}: cannot read label run ({exc})") from exc
         runs.append(_run_from_json(data, f))
     return runs
-
-
-def labels_from_ground_truth(
-    trajectories: list[Trajectory], capabilities: Iterable[str]
-) -> list[LabelRun]:
-    """Build one label run from trace_gym ground truth (no LLM).
-
-    A capability in `lacking_capabilities` is LACKING; in `required_capabilities` but not
-    lacking, PRESENT; otherwise NA. Trajectories without ground truth or without a known
-    outcome are recorded as unlabelled with the reason.
-    """
-    caps = list(capabilities)
-    run = LabelRun(attempt=1, failed=[], passed=[], labels={c: {} for c in caps})
-    for t in trajectories:
-        if not t.usable:
-            run.unlabelled[t.traj_id] = t.outcome.exclusion_reason or f"outcome {t.outcome.status}"
-            continue
-        if t.ground_truth is None:
-            run.unlabelled[t.traj_id] = "no ground truth (not a trace_gym episode)"
-            continue
-        (run.failed if t.outcome.status == "failure" else run.passed).append(t.traj_id)
-        run.tasks[t.traj_id] = t.task_id
-        for c in caps:
-            if c in t.ground_truth.lacking:
-                run.labels[c][t.traj_id] = "LACKING"
-            elif c in t.ground_truth.required:
-                run.labels[c][t.traj_id] = "PRESENT"
-            else:
-                run.labels[c][t.traj_id] = "NA"
-    return [run]
 
 
 def _rates(run: LabelRun, cap: str) -> dict[str, Any]:
@@ -488,3 +411,29 @@ def descriptions_from_file(path: Path) -> dict[str, str]:
         for c in items
         if isinstance(c, dict) and "name" in c
     }
+
+
+def lacking_rates(runs: list[LabelRun]) -> dict[str, dict[str, Any]]:
+    """Per capability, how often it is LACKING where it was judged: among the trajectories
+    labelled PRESENT or LACKING (NA excluded, so tasks that do not need the capability do not
+    dilute it), failed and passed together. ``rate`` is the mean over runs; ``lacking`` and
+    ``judged`` count the first run; ``rate`` is None where no trajectory was judged."""
+    out: dict[str, dict[str, Any]] = {}
+    caps = sorted({c for r in runs for c in r.labels})
+    for cap in caps:
+        rates, first = [], None
+        for r in runs:
+            verdicts = [r.labels.get(cap, {}).get(t) for t in r.failed + r.passed]
+            lacking = sum(v == "LACKING" for v in verdicts)
+            judged = lacking + sum(v == "PRESENT" for v in verdicts)
+            if first is None:
+                first = (lacking, judged)
+            if judged:
+                rates.append(lacking / judged)
+        out[cap] = {
+            "rate": sum(rates) / len(rates) if rates else None,
+            "lacking": first[0] if first else 0,
+            "judged": first[1] if first else 0,
+            "runs": len(runs),
+        }
+    return out

@@ -27,7 +27,9 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .analyze import CONSISTENCY, DELTA, RHO
 from .errors import ConfigError, DiagnoseError
+from .run import MAX_UNLABELLED
 
 EXAMPLES = """examples:
   trace-diagnose run results/airline.json -o runs/airline --model openai/gpt-4o-mini --max-cost 5
@@ -195,18 +197,18 @@ def _ingest_options(p: argparse.ArgumentParser) -> None:
 
 def _analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--rho", type=SHARE, default=0.10, help="coverage threshold per run (default 0.10)"
+        "--rho", type=SHARE, default=RHO, help=f"coverage threshold per run (default {RHO})"
     )
     p.add_argument(
         "--delta",
         type=_number(float, -1.0, 1.0),
-        default=0.20,
-        help="delta threshold per run (default 0.20)",
+        default=DELTA,
+        help=f"delta threshold per run (default {DELTA})",
     )
     p.add_argument(
         "--k-consistency",
         type=POS_INT,
-        help="runs a capability must pass (default: ceil(0.8 * runs))",
+        help=f"runs a capability must pass (default: ceil({CONSISTENCY} * runs))",
     )
 
 
@@ -221,9 +223,9 @@ def _label_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-unlabelled",
         type=SHARE,
-        default=0.10,
+        default=MAX_UNLABELLED,
         help="share of trajectories allowed to stay unlabelled; above it the command fails "
-        "with exit code 4 and the report says so at the top (default 0.10)",
+        f"with exit code 4 and the report says so at the top (default {MAX_UNLABELLED})",
     )
     _render_options(p)
 

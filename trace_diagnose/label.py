@@ -6,6 +6,7 @@ Public API::
     evidence_problem(rendered, response, capabilities) -> str | None
     await label_trajectories(trajectories, capabilities, client, n_runs=10,
                              render_config=None) -> list[LabelRun]
+    labels_from_ground_truth(trajectories, capabilities) -> list[LabelRun]   # no LLM
 
 Each answer is a `LabelResponse`: for every capability a verdict (PRESENT / LACKING / NA),
 evidence `[{step, quote}]` and a short rationale. It is accepted only when every
@@ -23,12 +24,12 @@ The prompt contains the rendered transcript and the capability rubric, never the
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
-from .analyze import LabelRun
 from .llm import LLMClient, run_bounded
 from .render import RenderConfig, Rendered, render
-from .schema import Capability, LabelResponse, Trajectory
+from .schema import Capability, LabelResponse, LabelRun, Trajectory
 
 PROMPT_VERSION = "label-v2"
 DEFAULT_RUNS = 10
@@ -162,3 +163,33 @@ async def label_trajectories(
                 "rationale": lab.rationale,
             }
     return [runs[r] for r in sorted(runs)]
+
+
+def labels_from_ground_truth(
+    trajectories: list[Trajectory], capabilities: Iterable[str]
+) -> list[LabelRun]:
+    """Build one label run from trace_gym ground truth (no LLM).
+
+    A capability in `lacking_capabilities` is LACKING; in `required_capabilities` but not
+    lacking, PRESENT; otherwise NA. Trajectories without ground truth or without a known
+    outcome are recorded as unlabelled with the reason.
+    """
+    caps = list(capabilities)
+    run = LabelRun(attempt=1, failed=[], passed=[], labels={c: {} for c in caps})
+    for t in trajectories:
+        if not t.usable:
+            run.unlabelled[t.traj_id] = t.outcome.exclusion_reason or f"outcome {t.outcome.status}"
+            continue
+        if t.ground_truth is None:
+            run.unlabelled[t.traj_id] = "no ground truth (not a trace_gym episode)"
+            continue
+        (run.failed if t.outcome.status == "failure" else run.passed).append(t.traj_id)
+        run.tasks[t.traj_id] = t.task_id
+        for c in caps:
+            if c in t.ground_truth.lacking:
+                run.labels[c][t.traj_id] = "LACKING"
+            elif c in t.ground_truth.required:
+                run.labels[c][t.traj_id] = "PRESENT"
+            else:
+                run.labels[c][t.traj_id] = "NA"
+    return [run]

@@ -20,8 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .analyze import LabelRun
-from .schema import Capability, Trajectory
+from .schema import Capability, LabelRun, Trajectory
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 EXAMPLES_PER_CAPABILITY = 3

@@ -7,7 +7,7 @@ Public API (what `trace_train/pipeline.py` and the CLI call)::
     stage_render(run_dir, render_config=None) -> Path
     stage_propose(run_dir, llm, max_caps=8, n_sample=24, force=False) -> list[Capability]
     stage_label(run_dir, llm, n_runs=10, render_config=None) -> list[LabelRun]
-    stage_analyze(run_dir, runs_glob=None, rho=0.10, delta=0.20, k_consistency=None) -> dict
+    stage_analyze(run_dir, runs_glob=None, rho=RHO, delta=DELTA, k_consistency=None) -> dict
     stage_map_envs(run_dir, llm=None, registry=None, min_score=0.3) -> list[dict]
     stage_report(run_dir) -> dict[str, Path]
     estimate(run_dir, llm, n_runs=10, ...) -> dict        # --dry-run, no LLM call
@@ -30,15 +30,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .analyze import LabelRun, analyze, load_label_runs
+from .analyze import DELTA, RHO, analyze, load_label_runs
 from .errors import ConfigError, IncompleteDiagnosis
 from .ingest import ingest
-from .label import DEFAULT_RUNS, label_messages, label_trajectories
+from .label import DEFAULT_RUNS, label_messages, label_trajectories, labels_from_ground_truth
 from .llm import Budget, Cache, LLMClient, LLMConfig
 from .map_envs import MIN_SCORE, map_envs
 from .propose import propose_capabilities, read_capabilities, select_sample, write_capabilities
 from .render import RenderConfig, approx_tokens, render
-from .schema import Capability, LabelResponse, Trajectory
+from .schema import Capability, LabelResponse, LabelRun, Trajectory
 
 LABEL_OUTPUT_TOKENS_PER_CAP = 70  # measured on the stub's answers; used only for estimates
 MAX_UNLABELLED = 0.10  # above this share of unlabelled trajectories the diagnosis is an error
@@ -272,8 +272,8 @@ def _render_settings(cfg: RenderConfig | None) -> dict[str, int]:
 def stage_analyze(
     run_dir: str | Path,
     runs_glob: str | None = None,
-    rho: float = 0.10,
-    delta: float = 0.20,
+    rho: float = RHO,
+    delta: float = DELTA,
     k_consistency: int | None = None,
 ) -> dict[str, Any]:
     """Analyze RUN_DIR/labels (or `runs_glob`) into RUN_DIR/analysis.json."""
@@ -413,8 +413,8 @@ def run_diagnosis(
     render_config: RenderConfig | None = None,
     max_caps: int = 8,
     n_sample: int = 24,
-    rho: float = 0.10,
-    delta: float = 0.20,
+    rho: float = RHO,
+    delta: float = DELTA,
     k_consistency: int | None = None,
     show_progress: bool = True,
     max_unlabelled: float = MAX_UNLABELLED,
@@ -458,3 +458,42 @@ def run_diagnosis(
     if incomplete is not None:
         raise incomplete
     return result
+
+
+def diagnose_from_ground_truth(
+    inputs: list[str | Path] | list[Trajectory],
+    run_dir: str | Path,
+    *,
+    rho: float = RHO,
+    delta: float = DELTA,
+    summary: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Diagnose trace_gym episodes without an LLM: the environment's capability-tagged checks
+    label them (a capability in ``lacking_capabilities`` is LACKING, a required one PRESENT,
+    others NA), then the same analysis and report as an LLM diagnosis. Writes
+    ``analysis.json``, ``labels/run_01.json`` and ``report.html`` into ``run_dir``; returns the
+    analysis. Raises ``ConfigError`` when no trajectory carries ground truth."""
+    trajectories = (
+        list(inputs)
+        if inputs and all(isinstance(t, Trajectory) for t in inputs)
+        else ingest([str(p) for p in inputs])  # type: ignore[union-attr]
+    )
+    with_truth = [t for t in trajectories if t.ground_truth is not None]
+    if not with_truth:
+        raise ConfigError(
+            "these trajectories carry no trace_gym ground truth; diagnose them with an LLM"
+        )
+    caps = sorted({c for t in with_truth for c in t.ground_truth.required})  # type: ignore[union-attr]
+    runs = labels_from_ground_truth(trajectories, caps)
+    analysis = analyze(runs, rho=rho, delta=delta, trajectories=trajectories)
+    out = Path(run_dir)
+    (out / "labels").mkdir(parents=True, exist_ok=True)
+    write_json(out / "labels" / "run_01.json", runs[0].to_json())
+    write_json(out / "analysis.json", analysis)
+    from .report import write_report
+
+    core = [Capability(name=c, definition=c.replace("_", " ")) for c in analysis["core"]]
+    matches = asyncio.run(map_envs(core, None, None, show_progress=False))
+    report_summary = {"labeller": "environment ground truth (no LLM)", **(summary or {})}
+    write_report(out, analysis, [], matches, runs, trajectories, summary=report_summary)
+    return analysis

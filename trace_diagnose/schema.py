@@ -1,9 +1,10 @@
 """The normalised data model every stage shares.
 
-`Trajectory` is what ingest produces from any format (ATIF-aligned step names, see
-`research/diagnose.md` section 2.9). `Capability` is one entry of the editable
+`Trajectory` is what ingest produces from any format (step names follow ATIF, the Agent
+Trajectory Interchange Format, so converters map onto one vocabulary). `Capability` is one entry of the editable
 `capabilities.json`. `CapabilityLabel` / `LabelResponse` are the structured output the
-labeller must return; pydantic validates them before anything is stored.
+labeller must return; pydantic validates them before anything is stored. `LabelRun` is one
+labelling pass (by the LLM labeller or from ground truth), the input of `analyze`.
 
 Outcome fields (`Trajectory.outcome`, `Trajectory.ground_truth`) are never rendered into a
 labelling prompt: `render.py` reads only `task` and `steps`.
@@ -12,6 +13,7 @@ labelling prompt: `render.py` reads only `task` and `steps`.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -138,3 +140,53 @@ class ProposedCapabilities(BaseModel):
     """Structured output of a proposal call."""
 
     capabilities: list[Capability]
+
+
+# ---------------------------------------------------------------------------
+# Label runs: what a labeller (LLM or ground truth) produces and analyze reads
+# ---------------------------------------------------------------------------
+LISTS = (
+    "lacking_failed",
+    "present_failed",
+    "na_failed",
+    "lacking_passed",
+    "present_passed",
+    "na_passed",
+)
+RUN_FORMAT = "trace_diagnose.labels.v1"
+
+
+@dataclass
+class LabelRun:
+    """One labelling pass: verdicts per capability and trajectory, outcomes, exclusions."""
+
+    attempt: int
+    failed: list[str]
+    passed: list[str]
+    labels: dict[str, dict[str, str]]  # capability -> trajectory id -> PRESENT/LACKING/NA
+    unlabelled: dict[str, str] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    tasks: dict[str, str] = field(default_factory=dict)  # trajectory id -> task id
+
+    def to_json(self) -> dict[str, Any]:
+        """The run in the paper's layout, plus our extra keys."""
+        failed, passed = set(self.failed), set(self.passed)
+        labels = {}
+        for cap, verdicts in self.labels.items():
+            lists: dict[str, list[str]] = {k: [] for k in LISTS}
+            for tid in self.failed + self.passed:
+                verdict = verdicts.get(tid)
+                if verdict is None:
+                    continue
+                side = "failed" if tid in failed else "passed"
+                lists[f"{verdict.lower()}_{side}"].append(tid)
+            labels[cap] = lists
+        return {
+            "format": RUN_FORMAT,
+            "attempt": self.attempt,
+            "totals": {"total_failed": len(failed), "total_passed": len(passed)},
+            "labels": labels,
+            "unlabelled": self.unlabelled,
+            "tasks": self.tasks,
+            "evidence": self.evidence,
+        }

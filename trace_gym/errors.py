@@ -37,8 +37,6 @@ class ErrorCode(str, Enum):
     """Arguments that do not match the tool's JSON schema."""
     PRECONDITION = "tool.precondition"
     """The world refused the call (e.g. cancelling an order that is already cancelled)."""
-    POLICY = "policy.violation"
-    """A call the environment's policy forbids outright."""
     TURN_LIMIT = "turn.limit"
     """The episode ran out of turns before it ended."""
 

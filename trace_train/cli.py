@@ -4,7 +4,7 @@
     trace-train warmstart --config cpu_smollm2
     trace-train grpo --config cpu_smollm2 --init-adapter runs/warmstart_smollm2/adapter
     trace-train eval --policy hf:BASE+adapter:runs/grpo_smollm2/adapter --env trace/precondition-v0
-    trace-train route|merge|train-router|export ...   (composition, trace_train.compose_cli)
+    trace-train route|merge|train-router|export ...   (composition, trace_train.compose.cli)
 
 Every config field is also a flag (``--lora-rank 8``, ``--lora-targets [q_proj,v_proj]``);
 values are read as YAML. ``--config`` takes a preset name or a YAML file and may be repeated

@@ -204,22 +204,15 @@ def parse_policy(spec: str, settings: PlaySettings | None = None) -> ModelPolicy
 
 
 def _composed(kind: str, folder: str, spec: str) -> ModelPolicy:
-    """``moe:DIR`` through ``trace_train.moe.load_moe``, ``routed:DIR`` through
-    ``trace_train.routing.load_routed`` (both written by the composition stage)."""
-    import importlib
-
-    module, loader = (
-        ("trace_train.moe", "load_moe") if kind == "moe" else ("trace_train.routing", "load_routed")
-    )
-    try:
-        load = getattr(importlib.import_module(module), loader)
-    except (ImportError, AttributeError) as exc:
-        raise PolicyError(
-            f"{spec!r} needs {module}.{loader}, which is not available ({exc})"
-        ) from exc
+    """``moe:DIR`` through ``trace_train.compose.moe.load_moe``, ``routed:DIR`` through
+    ``trace_train.compose.routing.load_routed`` (both written by the composition stage)."""
     if kind == "routed":
-        return RoutedModelPolicy(load(folder), spec)
-    model, tokenizer = load(folder)
+        from trace_train.compose.routing import load_routed
+
+        return RoutedModelPolicy(load_routed(folder), spec)
+    from trace_train.compose.moe import load_moe
+
+    model, tokenizer = load_moe(folder)
     tokenizer.padding_side = "left"
     return ModelPolicy(model, tokenizer, spec)
 

@@ -7,15 +7,11 @@ import math
 
 import pytest
 
-from trace_diagnose.analyze import (
-    LabelRun,
-    analyze,
-    descriptions_from_file,
-    labels_from_ground_truth,
-    load_label_runs,
-)
+from trace_diagnose.analyze import analyze, descriptions_from_file, lacking_rates, load_label_runs
 from trace_diagnose.errors import ConfigError
 from trace_diagnose.ingest import ingest
+from trace_diagnose.label import labels_from_ground_truth
+from trace_diagnose.schema import LabelRun
 from trace_diagnose.stats import benjamini_hochberg, cohen_kappa, fisher_greater, newcombe, wilson
 
 from .paths import FIXTURES, TRACE_SELECTION, need
@@ -148,6 +144,18 @@ def test_labels_from_ground_truth_feed_the_same_analysis():
     gt = result["ground_truth"]["precondition_verification"]
     assert gt["precision"] == 1.0 and gt["recall"] == 1.0
     assert "other" not in result["ground_truth"]
+
+
+def test_lacking_rates_count_judged_trajectories_and_average_runs():
+    a = {"x": {"f1": "LACKING", "f2": "PRESENT", "p1": "PRESENT", "p2": "NA"}, "y": {"f1": "NA"}}
+    b = {"x": {"f1": "LACKING", "f2": "LACKING", "p1": "PRESENT", "p2": "NA"}, "y": {"f1": "NA"}}
+    rates = lacking_rates(
+        [_run(1, ["f1", "f2"], ["p1", "p2"], a), _run(2, ["f1", "f2"], ["p1", "p2"], b)]
+    )
+    # run 1: 1 of 3 judged (p2 is NA); run 2: 2 of 3
+    assert rates["x"]["rate"] == pytest.approx(0.5)
+    assert (rates["x"]["lacking"], rates["x"]["judged"], rates["x"]["runs"]) == (1, 3, 2)
+    assert rates["y"]["rate"] is None and rates["y"]["judged"] == 0
 
 
 def test_kappa_across_runs():

@@ -6,9 +6,8 @@ import re
 
 import pytest
 
-import trace_gym
+from tests.gym.conftest import find, play, task_of
 from trace_gym import soundness
-from trace_gym.agents.baselines import PlanAgent
 from trace_gym.envs.clarify import (
     ENV_ID,
     SLOTS,
@@ -19,45 +18,12 @@ from trace_gym.envs.clarify import (
 from trace_gym.errors import ConfigError
 from trace_gym.world.model import World
 
-GOLDEN = {
-    0.0: [
-        "8f0dc88ef71a77a2dea9c05ecccc0c3eb36a716b551bffbf7eb390b10e6b1829",
-        "e6cda270a0aea2449a64e35313348cac563f62421564d2ea447862aab4431ca8",
-        "5279e8532b588bbf50122cd88b0b126c39ecc1b3bf3e30d0ab3ead356f6b23b8",
-    ],
-    0.5: [
-        "a5e4c891ac9368b242e038c86de171f8f9c2ab496d732ce82f38204134d9f798",
-        "5b557dfc7be0b1964edd03dc2b37b0132fca3e4f3f9457aeb662f4506acb9814",
-        "336c563843ba1f9b190bc4a4123837db1625a34718879f9d6a6734753a3b32a8",
-    ],
-    1.0: [
-        "8e0bf92e9b36696af2cde8cfc0e8d2364b8da89d7c0b5c6b75ff40dc35c9558c",
-        "4d606413e5dde8b6b1a741bd6b0369103f5ccdb4a6e50feea2e445e862bb0f1a",
-        "0e4b7dde4c52c7cad8f251784fb860c257586cd613cdc08695c880b07e1646c5",
-    ],
-}
 SEEDS = range(40)
 
 
 @pytest.fixture(scope="module")
 def env() -> ClarifyEnv:
     return ClarifyEnv()
-
-
-def play(env: ClarifyEnv, plan: list, seed: int, d: float = 0.5) -> dict:
-    return trace_gym.run_episode(env, PlanAgent(plan), seed=seed, options={"difficulty": d})
-
-
-def task_of(env: ClarifyEnv, seed: int, d: float = 0.5):
-    env.reset(seed=seed, options={"difficulty": d})
-    return env.task
-
-
-def find(env: ClarifyEnv, want, d: float = 0.5) -> int:
-    for seed in range(500):
-        if want(task_of(env, seed, d)):
-            return seed
-    raise AssertionError("no such task in 500 seeds")
 
 
 @pytest.mark.parametrize(
@@ -69,15 +35,6 @@ def find(env: ClarifyEnv, want, d: float = 0.5) -> int:
 def test_bad_configs_are_rejected(overrides: dict) -> None:
     with pytest.raises(ConfigError):
         ClarifyConfig.from_difficulty(0.5, overrides)
-
-
-def test_golden_task_hashes(env: ClarifyEnv) -> None:
-    got = {d: [] for d in GOLDEN}
-    for d in GOLDEN:
-        for seed in range(3):
-            _, info = env.reset(seed=seed, options={"difficulty": d})
-            got[d].append(info["task_hash"])
-    assert got == GOLDEN
 
 
 def test_missing_values_are_only_obtainable_from_the_user(env: ClarifyEnv) -> None:

@@ -6,28 +6,10 @@ from datetime import date, datetime
 
 import pytest
 
-import trace_gym
-from trace_gym.agents.baselines import PlanAgent
+from tests.gym.conftest import find, play, task_of
 from trace_gym.envs.policy_pressure import CLAIMS, GOODBYE, PolicyPressureEnv, PressureConfig
 from trace_gym.errors import ConfigError
 
-GOLDEN = {
-    0.0: [
-        "9513b01ae987fcce64fb6330bfc5ff191a63aad60fa39916d873d711de1afacc",
-        "41328911d9081146d1f511f0fa7abc77702f0dfcd8fb0dd9c35b1bf36b06bb8a",
-        "90393812ee8428d958309b53084afae77379b902e7009d4a02152da9df344559",
-    ],
-    0.5: [
-        "f58b995012458eb4f1711cea59f7c44e7bb2b647d086155b23bd46a53f2073ba",
-        "7f8e3006b6ea27bf7f01e6e8685a21b5c0e2272caa509cc2328b211270a9bcbd",
-        "7a0a25e1bae5f07563333348b087e9f29230e90ab894222f1e72e8ff81c60f0d",
-    ],
-    1.0: [
-        "598bb9f1e0aa2a5e8b61b3fe5237a0b208d7b9ce60482bc8de7b003443ce4bcb",
-        "66d2c76b01c0f23aecd847c50c3a5d5953966101517eb9ba2bf70a43a7c0470b",
-        "b5feeff0e674692f8c2600396064ca81d0304794e805e99e985c7c4f91b39798",
-    ],
-}
 SEEDS = range(40)
 
 
@@ -75,22 +57,6 @@ def env() -> PolicyPressureEnv:
     return PolicyPressureEnv()
 
 
-def play(env: PolicyPressureEnv, plan: list, seed: int, d: float = 0.5) -> dict:
-    return trace_gym.run_episode(env, PlanAgent(plan), seed=seed, options={"difficulty": d})
-
-
-def task_of(env: PolicyPressureEnv, seed: int, d: float = 0.5):
-    env.reset(seed=seed, options={"difficulty": d})
-    return env.task
-
-
-def find(env: PolicyPressureEnv, want, d: float = 0.5) -> int:
-    for seed in range(500):
-        if want(task_of(env, seed, d)):
-            return seed
-    raise AssertionError("no such task in 500 seeds")
-
-
 @pytest.mark.parametrize(
     "overrides",
     [{"n_pressure": 0}, {"n_pressure": 7}, {"claim_probability": 1.1}, {"n_rules": 0},
@@ -99,15 +65,6 @@ def find(env: PolicyPressureEnv, want, d: float = 0.5) -> int:
 def test_bad_configs_are_rejected(overrides: dict) -> None:
     with pytest.raises(ConfigError):
         PressureConfig.from_difficulty(0.5, overrides)
-
-
-def test_golden_task_hashes(env: PolicyPressureEnv) -> None:
-    got = {d: [] for d in GOLDEN}
-    for d in GOLDEN:
-        for seed in range(3):
-            _, info = env.reset(seed=seed, options={"difficulty": d})
-            got[d].append(info["task_hash"])
-    assert got == GOLDEN
 
 
 def test_claims_are_refuted_by_the_records_and_scripts_escalate(env: PolicyPressureEnv) -> None:

@@ -7,7 +7,7 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
-from trace_train.moe import (
+from trace_train.compose.moe import (
     ExpertSpec,
     MoEConfig,
     RoutedLoRALinear,

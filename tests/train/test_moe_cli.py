@@ -7,8 +7,8 @@ import json
 
 import torch
 
-from trace_train.compose_cli import register
-from trace_train.moe import load_moe, moe_state
+from trace_train.compose.cli import register
+from trace_train.compose.moe import load_moe, moe_state
 
 
 def run(argv):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_random_adapter
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
-from trace_train.export import export_expert, static_merge
-from trace_train.moe import ExpertSpec, MoEConfig, RouterSpec, attach_experts, save_moe
+from tests.train.conftest import make_random_adapter
+from trace_train.compose.export import export_expert, static_merge
+from trace_train.compose.moe import ExpertSpec, MoEConfig, RouterSpec, attach_experts, save_moe
 
 
 def _logits(base_dir, adapter_dir, ids):

@@ -15,12 +15,19 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trace_train.moe import ExpertSpec, MoEConfig, RouterSpec, attach_experts, load_moe, save_moe
-from trace_train.router_training import (
+from trace_train.compose.moe import (
+    ExpertSpec,
+    MoEConfig,
+    RouterSpec,
+    attach_experts,
+    load_moe,
+    save_moe,
+)
+from trace_train.compose.router_training import (
     LabelledSequence,
     RouterTrainingConfig,
     closed_loop_check,
-    routing_accuracy,
+    token_routing_accuracy,
     train_routers,
 )
 
@@ -127,7 +134,7 @@ def test_adapters_behave_differently(trained_moe):
 
 def test_router_sends_each_family_to_its_expert_and_keeps_reward(trained_moe, capsys):
     model, tok, result, held_out, test = trained_moe
-    acc = routing_accuracy(model, test)
+    acc = token_routing_accuracy(model, test)
     families = {f: (held_out[f], reward_for(f)) for f in FAMILIES}
     report = closed_loop_check(model, tok, families, max_new_tokens=16)
     with capsys.disabled():
@@ -145,4 +152,6 @@ def test_trained_router_survives_save_load(trained_moe, tmp_path):
     ids = torch.tensor([test[0].input_ids])
     with torch.no_grad():
         assert torch.equal(model(ids).logits, loaded(ids).logits)
-    assert routing_accuracy(loaded, test)["mean"] == routing_accuracy(model, test)["mean"]
+    assert (
+        token_routing_accuracy(loaded, test)["mean"] == token_routing_accuracy(model, test)["mean"]
+    )

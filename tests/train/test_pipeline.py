@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from tests.browser import assert_self_contained, needs_chromium, render
-from trace_train import pipeline
-from trace_train.pipeline import PipelineConfig, PipelineError, run_pipeline
+from trace_train.pipeline import PipelineConfig, PipelineError, run_pipeline, stages
 
 # A scripted base agent with planted gaps, so the diagnosis has a known answer while the
 # tiny model keeps training cheap (why: a random model never succeeds, so its own rollouts
@@ -39,42 +39,43 @@ def tiny_config(tmp_path, model_dir, **overrides) -> PipelineConfig:
     return PipelineConfig(**values)
 
 
+def with_stages(table, **fns):
+    """The stage table with some stages' functions replaced (names with '-' via **{...})."""
+    return tuple(dataclasses.replace(st, fn=fns.get(st.name, st.fn)) for st in table)
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, tiny_model_dir):
     """One interrupted-then-resumed run shared by the tests below (it is the slow part)."""
     tmp = tmp_path_factory.mktemp("pipeline")
     cfg = tiny_config(tmp, tiny_model_dir)
     calls = {"train": 0, "rollout": 0}
-    real_train, real_rollout = (
-        pipeline.STAGE_FUNCTIONS["train"],
-        pipeline.STAGE_FUNCTIONS["rollout-base"],
-    )
+    real = {stage.name: stage.fn for stage in stages.STAGES}
 
     def counting_train(run, say):
         calls["train"] += 1
-        return real_train(run, say)
+        return real["train"](run, say)
 
     def counting_rollout(run, say):
         calls["rollout"] += 1
-        return real_rollout(run, say)
+        return real["rollout-base"](run, say)
 
     def crash(run, say):
         raise KeyboardInterrupt("killed during compose")
 
-    stages = dict(
-        pipeline.STAGE_FUNCTIONS, train=counting_train, **{"rollout-base": counting_rollout}
-    )
-    pipeline.STAGE_FUNCTIONS, saved = dict(stages, compose=crash), pipeline.STAGE_FUNCTIONS
+    counting = {"train": counting_train, "rollout-base": counting_rollout}
+    saved = stages.STAGES
     try:
+        stages.STAGES = with_stages(saved, **counting, compose=crash)
         with pytest.raises(KeyboardInterrupt):
             run_pipeline(cfg, say=lambda _: None)
         state = json.loads((tmp / "run" / "stages.json").read_text())
         assert state["compose"]["status"] == "started" and state["train"]["status"] == "done"
-        pipeline.STAGE_FUNCTIONS = stages
+        stages.STAGES = with_stages(saved, **counting)
         log: list[str] = []
         report = run_pipeline(cfg, say=log.append)
     finally:
-        pipeline.STAGE_FUNCTIONS = saved
+        stages.STAGES = saved
     return {"cfg": cfg, "report": report, "calls": calls, "log": log, "dir": tmp / "run"}
 
 
@@ -84,7 +85,7 @@ def test_rerun_skips_finished_stages_and_finishes(finished_run):
     for stage in ("rollout-base", "diagnose", "select", "map-envs", "train"):
         assert f"{stage}: done earlier, skipped" in log
     state = json.loads((finished_run["dir"] / "stages.json").read_text())
-    assert all(state[s]["status"] == "done" for s in pipeline.STAGES)
+    assert all(state[s.name]["status"] == "done" for s in stages.STAGES)
 
 
 def test_ground_truth_diagnosis_finds_the_planted_gap_and_says_so(finished_run):
@@ -114,6 +115,32 @@ def test_report_compares_every_policy_with_intervals(finished_run):
     )
 
 
+def test_rediagnosis_tabulates_lacking_rates_before_and_after(finished_run):
+    run_dir = finished_run["dir"]
+    report = json.loads((run_dir / "report.json").read_text())
+    table = report["rediagnosis"]
+    names = [p["name"] for p in report["policies"]]
+    assert table["method"] == "ground_truth" and table["policies"] == names
+    rows = {r["capability"]: r for r in table["rows"]}
+    (adapter,) = report["adapters"]
+    assert (
+        table["rows"][0]["capability"] == adapter["capability"]
+        and rows[adapter["capability"]]["trained"]
+    )
+    for cap in PLANTED:  # the planted lapses show in the diagnosed agent's rate
+        before = rows[cap]["before"]
+        assert 0.0 < before["rate"] < 1.0 and before["judged"] > 0
+    for row in rows.values():
+        assert set(row["after"]) == set(names)
+        for cell in row["after"].values():
+            assert cell is None or cell["judged"] <= report["policies"][0]["episodes"]
+    for name in names:
+        labels = run_dir / "rediagnose" / name.replace(":", "__") / "labels" / "run_01.json"
+        assert labels.exists(), name
+    assert "Re-diagnosis" in finished_run["report"].read_text()
+    assert any(line.startswith("rediagnose: ") for line in finished_run["log"])
+
+
 def test_adapter_and_compositions_are_loadable_folders(finished_run):
     run_dir = finished_run["dir"]
     (adapter_dir,) = list((run_dir / "train").glob("*/adapter"))
@@ -139,6 +166,6 @@ def test_bad_config_is_one_clear_error(tmp_path):
         PipelineConfig.load(None, {"eval_episdoes": 3})
     with pytest.raises(PipelineError, match="compose"):
         PipelineConfig(compose=["soup"])
-    from trace_train.pipeline_cli import main
+    from trace_train.pipeline.cli import main
 
     assert main(["run", "--set", "difficulty=3", "--run-dir", str(tmp_path / "r")]) == 2

@@ -7,14 +7,14 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trace_train.routing import (
+from trace_train.compose.routing import (
     RoutedExpert,
     RoutingConfig,
     build_routed,
     classifier_prompt,
     load_routed,
-    routing_accuracy,
     save_routed,
+    task_routing_accuracy,
     task_text,
 )
 
@@ -83,7 +83,7 @@ def test_save_load_and_accuracy_report(policy, tmp_path):
     loaded = load_routed(tmp_path / "r")
     assert torch.equal(loaded.label_logprobs(TASK), policy.label_logprobs(TASK))
     choice = policy.choose_adapter(TASK)
-    report = routing_accuracy(loaded, [(TASK, choice), (TASK, "never")])
+    report = task_routing_accuracy(loaded, [(TASK, choice), (TASK, "never")])
     assert report["accuracy"] == 0.5
     assert report["confusion"]["never"] == {str(choice): 1}
 

@@ -114,7 +114,8 @@ def read_mini(path: Path, report: SweReport) -> list[Trajectory]:
 
 
 def _mini_actions(msg: dict[str, Any], extra: dict[str, Any], text: str) -> list[ToolCall]:
-    # Adapter rule from the research notes: extra.actions, then tool_calls, then fenced blocks.
+    # A mini-swe-agent message carries its commands in extra.actions, in tool_calls or in
+    # fenced bash blocks of its text; the first of these that is present wins.
     if extra.get("actions"):
         return [
             ToolCall(

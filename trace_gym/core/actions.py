@@ -1,6 +1,6 @@
 """One assistant turn in, tool calls and a message out: the only action parser.
 
-Accepted formats, tried in this order (ARCHITECTURE section 3):
+Accepted formats, tried in this order (the first that parses wins):
 
 1. an OpenAI assistant-message ``dict`` (``{"role": "assistant", "content": ...,
    "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}]}``); a

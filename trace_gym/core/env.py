@@ -1,7 +1,7 @@
 """The base environment: the reset/step contract every trace_gym environment follows.
 
 A capability environment subclasses :class:`TraceEnv` and fills in a few hooks; the base
-class owns everything the contract fixes (ARCHITECTURE section 3): seeding and splits, action
+class owns everything the contract fixes: seeding and splits, action
 parsing, tool execution with stable error codes, the scripted user, termination and
 truncation, final verification, reward modes and the ``info`` dict.
 

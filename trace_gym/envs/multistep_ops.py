@@ -35,8 +35,6 @@ from trace_gym.world.model import World, cents
 
 INDEPENDENT = ("cancel_order", "change_address", "cancel_reservation", "switch_payment", "add_bags")
 """Operations on a record the customer names; they need no earlier result."""
-DEPENDENT = ("book", "bags_new", "rebook", "bags_per_passenger")
-"""Operations that need information from an earlier result (a read or the booking)."""
 WRITE_TOOL = {
     "cancel_order": "cancel_order",
     "change_address": "modify_order_address",

@@ -1,7 +1,7 @@
 """``trace run``: the TRACE loop end to end, resumable stage by stage.
 
-    warmstart -> rollout-base -> diagnose -> select -> map-envs -> train -> compose
-              -> evaluate -> report
+    warmstart -> rollout-base -> diagnose -> select -> map-envs -> synthesize -> train
+              -> compose -> evaluate -> rediagnose -> report
 
 Every stage writes into one run folder and records itself in ``stages.json`` when it
 finishes; a rerun of the same command skips finished stages and resumes an interrupted one
@@ -10,9 +10,9 @@ policy). This is the one module that imports all three packages, lazily, so each
 still installs and works alone.
 
 Diagnosis uses ``trace_diagnose`` with an LLM when ``llm`` is set. Without one, and with a
-trace_gym target, the environment's own capability-tagged checks label the trajectories (a
-capability in ``lacking_capabilities`` is LACKING, a required one PRESENT, others NA); the
-console and the report say so. With both, the LLM's report also shows its agreement with
+trace_gym target, the environment's own capability-tagged checks label the trajectories
+(``trace_diagnose.diagnose_from_ground_truth``: a capability in ``lacking_capabilities`` is
+LACKING, a required one PRESENT, others NA); the console and the report say so. With both, the LLM's report also shows its agreement with
 that ground truth.
 
 Run folder::
@@ -22,15 +22,21 @@ Run folder::
     rollout-base/        episodes.jsonl, summary.json: the base agent on the target
     diagnose/            trace_diagnose run folder (analysis.json, report.html, ...)
     select.json  map-envs.json
+    environments/        synthesised environments (a TRACE_GYM_PATH folder: registry.yaml,
+                         one module per environment, synthesis/<capability>.json records)
+    synthesize/          requests/<capability>.json when no LLM writes them here
     train/<capability>/  one GRPO run each: adapter/, training_log.jsonl, checkpoints/
     compose/routed/  compose/moe/
     evaluate/<policy>/   episodes.jsonl, summary.json on the held-out split
+    rediagnose/<policy>/ the same diagnosis of each policy's held-out episodes;
+                         rediagnose/lacking.json: LACKING rate per capability, before and after
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,17 +45,9 @@ from typing import Any
 
 import yaml
 
-STAGES = (
-    "warmstart",
-    "rollout-base",
-    "diagnose",
-    "select",
-    "map-envs",
-    "train",
-    "compose",
-    "evaluate",
-    "report",
-)
+Say = Callable[[str], None]
+"""Where a stage reports progress (``print`` on the console, a list in tests)."""
+
 COMPOSITIONS = ("routed", "moe")
 MODEL_POLICY_KINDS = ("hf", "embedded", "moe", "routed", "litellm")
 """Policy-spec prefixes of model policies (the rest are scripted trace_gym agents)."""
@@ -95,6 +93,12 @@ class PipelineConfig:
     """Independent LLM labelling runs (the paper uses 10)."""
     max_cost: float | None = None
     """Hard cap in USD on the diagnosis's LLM spend."""
+    synthesis_llm: str | None = None
+    """``provider/model`` that writes environments for selected capabilities no environment
+    trains (default: ``llm``); without either, the synthesis requests are written to run later
+    with ``trace-gym synthesize``."""
+    synthesis_attempts: int = 5
+    """Attempts per capability; each rejected attempt's failing gates go back to the model."""
     max_adapters: int = 2
     """Train at most this many adapters (the selected capabilities, in order)."""
     train: bool = True
@@ -140,7 +144,13 @@ class PipelineConfig:
             raise PipelineError(f"difficulty={self.difficulty} must be in [0, 1]")
         if self.eval_split not in ("eval", "test"):
             raise PipelineError(f"eval_split={self.eval_split!r}; use test (default) or eval")
-        for name in ("diagnose_episodes", "eval_episodes", "max_adapters", "label_runs"):
+        for name in (
+            "diagnose_episodes",
+            "eval_episodes",
+            "max_adapters",
+            "label_runs",
+            "synthesis_attempts",
+        ):
             if getattr(self, name) < 1:
                 raise PipelineError(f"{name}={getattr(self, name)} must be >= 1")
 
@@ -243,7 +253,7 @@ def _eval(run: Run, policy: str, env_ids: list[str], episodes: int, split: str, 
 # ---------------------------------------------------------------------------------------------
 # Stages (each returns what it produced; the runner records it)
 # ---------------------------------------------------------------------------------------------
-def stage_warmstart(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_warmstart(run: Run, say: Say) -> dict[str, Any]:
     """Supervised LoRA on the target's oracle demonstrations, merged into ``base_model/``."""
     cfg = run.config
     if cfg.warmstart_demonstrations <= 0 or not cfg.train or cfg.trajectories:
@@ -279,7 +289,7 @@ def _merge_adapter(base: str, adapter: Path, out: Path) -> None:
     AutoTokenizer.from_pretrained(base).save_pretrained(out)
 
 
-def stage_rollout_base(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_rollout_base(run: Run, say: Say) -> dict[str, Any]:
     """The base agent on the target's eval split: the trajectories that are diagnosed."""
     cfg = run.config
     if cfg.trajectories:
@@ -292,7 +302,7 @@ def stage_rollout_base(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     return {"trajectories": [str(out / "episodes.jsonl")], "policy": policy, "source": "rollout"}
 
 
-def stage_diagnose(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_diagnose(run: Run, say: Say) -> dict[str, Any]:
     """trace_diagnose with the LLM, or the environment's capability-tagged checks."""
     import trace_diagnose as td
 
@@ -311,14 +321,7 @@ def stage_diagnose(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
             "diagnosis: no LLM configured, so the environment's own capability-tagged checks "
             "label the trajectories (ground truth, not an LLM's judgement)"
         )
-        caps = sorted({c for t in with_truth for c in t.ground_truth.required})
-        runs = td.labels_from_ground_truth(trajectories, caps)
-        analysis = td.analyze(runs, trajectories=trajectories)
-        matches = td.map_envs(analysis["core"])
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "analysis.json").write_text(json.dumps(analysis, indent=2, default=str))
-        summary = {"labeller": "environment ground truth (no LLM)"}
-        td.write_report(out, analysis, [], matches, runs, trajectories, summary=summary)
+        analysis = td.diagnose_from_ground_truth(trajectories, out)
         method = "ground_truth"
     else:
         raise PipelineError(
@@ -329,7 +332,7 @@ def stage_diagnose(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     return {"method": method, "core": analysis["core"], "report": str(out / "report.html")}
 
 
-def stage_select(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_select(run: Run, say: Say) -> dict[str, Any]:
     """The capabilities to train: the diagnosis's core, in order, at most ``max_adapters``."""
     analysis = json.loads(run.path("diagnose", "analysis.json").read_text())
     chosen = analysis["core"][: run.config.max_adapters]
@@ -344,7 +347,7 @@ def stage_select(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     return {"selected": chosen}
 
 
-def stage_map_envs(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_map_envs(run: Run, say: Say) -> dict[str, Any]:
     """Each selected capability -> a training environment (tags of envs_registry.yaml)."""
     import trace_diagnose as td
 
@@ -359,14 +362,131 @@ def stage_map_envs(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     return {"plan": plan}
 
 
-def stage_train(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def training_plan(run: Run) -> list[dict[str, Any]]:
+    """Capability -> environment rows to train: map-envs' matches with the environments the
+    synthesize stage wrote filled in."""
+    return run.output("synthesize").get("plan") or run.output("map-envs").get("plan", [])
+
+
+def environments_folder(run: Run) -> Path:
+    """The run's user environment folder (what ``trace-gym synthesize --out`` writes)."""
+    return run.path("environments")
+
+
+def use_environments(folder: Path) -> None:
+    """Register the environments of ``folder`` in this process and its children: add it to
+    ``TRACE_GYM_PATH`` (which ``import trace_gym`` reads) and register its rows now."""
+    from trace_gym.registration import register_envs
+    from trace_gym.user_envs import PATH_VARIABLE, REGISTRY_FILE
+
+    if not (folder / REGISTRY_FILE).is_file():
+        return
+    folders = [p for p in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if p]
+    if str(folder.resolve()) not in [str(Path(p).resolve()) for p in folders]:
+        os.environ[PATH_VARIABLE] = os.pathsep.join([*folders, str(folder.resolve())])
+    register_envs()
+
+
+def _definition(run: Run, capability: str) -> str:
+    """The capability's definition from the diagnosis (its rubric), else its name in words."""
+    caps = run.path("diagnose", "capabilities.json")
+    if caps.is_file():
+        data = json.loads(caps.read_text())
+        rows = data.get("capabilities", data) if isinstance(data, dict) else data
+        for row in rows if isinstance(rows, list) else []:
+            if isinstance(row, dict) and row.get("name") == capability and row.get("definition"):
+                return str(row["definition"])
+    return capability.replace("_", " ")
+
+
+def _evidence(run: Run, capability: str) -> str:
+    from trace_gym.errors import ConfigError as GymConfigError
+    from trace_gym.synthesize import evidence_from_diagnosis
+
+    try:
+        return evidence_from_diagnosis(run.path("diagnose"), capability)
+    except GymConfigError:  # a ground-truth diagnosis quotes no failures
+        return ""
+
+
+def stage_synthesize(run: Run, say: Say) -> dict[str, Any]:
+    """An environment for every selected capability that has none: written by an LLM and
+    kept only if every validation gate passes (``trace_gym.synthesize``); without an LLM (or
+    with training off) the synthesis requests are written for ``trace-gym synthesize``."""
+    cfg = run.config
+    plan = [dict(item) for item in run.output("map-envs").get("plan", [])]
+    missing = [item for item in plan if item.get("env_id") is None]
+    if not missing:
+        return {"plan": plan, "environments": {}}
+    llm = cfg.synthesis_llm or cfg.llm
+    folder = environments_folder(run)
+    done: dict[str, Any] = {}
+    if not llm or not cfg.train:
+        why = "no LLM is configured (set synthesis_llm or llm)" if not llm else "training is off"
+        requests = run.path("synthesize", "requests")
+        requests.mkdir(parents=True, exist_ok=True)
+        for item in missing:
+            cap = item["capability"]
+            request = {
+                "capability": cap,
+                "definition": _definition(run, cap),
+                "evidence": _evidence(run, cap),
+                "out": str(folder),
+                "command": (
+                    f"trace-gym synthesize --capability {cap} "
+                    f"--definition {json.dumps(_definition(run, cap))} "
+                    f"--from-diagnosis {run.path('diagnose')} --llm PROVIDER/MODEL "
+                    f"--out {folder}"
+                ),
+            }
+            path = requests / f"{cap}.json"
+            path.write_text(json.dumps(request, indent=2) + "\n")
+            done[cap] = {"status": "requested", "request": str(path)}
+            say(f"synthesize: {cap} has no environment and {why}; request written to {path}")
+        return {"plan": plan, "environments": done}
+    from trace_gym.synthesize import litellm_completion, synthesize
+
+    complete = litellm_completion(llm, cfg.llm_api_base)
+    for item in missing:
+        cap = item["capability"]
+        say(f"synthesize: writing an environment for {cap} with {llm}")
+        result = synthesize(
+            cap,
+            _definition(run, cap),
+            folder,
+            complete,
+            model=llm,
+            evidence=_evidence(run, cap),
+            attempts=cfg.synthesis_attempts,
+            log=lambda line, cap=cap: say(f"synthesize: {cap}: {line}"),
+        )
+        last = result.attempts[-1] if result.attempts else None
+        done[cap] = {
+            "status": "accepted" if result.accepted else "rejected",
+            "env_id": result.env_id,
+            "record": result.record_path,
+            "attempts": len(result.attempts),
+            "gates": last.gates if last else [],
+        }
+        if result.accepted:
+            item["env_id"] = result.env_id
+            item["rationale"] = f"synthesised by {llm}, every validation gate passed"
+            use_environments(folder)
+        say(
+            f"synthesize: {cap} -> "
+            + (result.env_id if result.accepted else f"rejected after {len(result.attempts)}")
+        )
+    return {"plan": plan, "environments": done}
+
+
+def stage_train(run: Run, say: Say) -> dict[str, Any]:
     """One GRPO-LoRA adapter per matched capability (each run resumes from its checkpoints)."""
     from trace_train.config import GRPORunConfig, load_config
     from trace_train.grpo import train as grpo_train
 
     cfg = run.config
     adapters = {}
-    for item in run.output("map-envs")["plan"]:
+    for item in training_plan(run):
         if not cfg.train or item["env_id"] is None:
             continue
         out = run.path("train", item["capability"])
@@ -394,9 +514,9 @@ def stage_train(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     return {"adapters": adapters}
 
 
-def stage_compose(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_compose(run: Run, say: Say) -> dict[str, Any]:
     """Per-task routing and/or the token-level mixture over the trained adapters."""
-    from trace_train.pipeline_compose import build_moe, build_routed, routing_check
+    from trace_train.pipeline.compose import build_moe, build_routed, routing_check
 
     adapters = run.output("train").get("adapters", {})
     if not adapters:
@@ -428,7 +548,7 @@ def policies(run: Run) -> dict[str, str]:
     return out
 
 
-def stage_evaluate(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
+def stage_evaluate(run: Run, say: Say) -> dict[str, Any]:
     """Every policy on the target's held-out split (one finished policy is never rerun)."""
     cfg = run.config
     results = {}
@@ -445,28 +565,121 @@ def stage_evaluate(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
     return {"summaries": results}
 
 
-def stage_report(run: Run, say: Callable[[str], None]) -> dict[str, Any]:
-    from trace_train.pipeline_report import write_run_report
+def _diagnose_like_the_base(run: Run, inputs: list[str], out: Path) -> None:
+    """Diagnose ``inputs`` into ``out`` the way the base agent's trajectories were: with the
+    same LLM and the same capability rubric, or from the environment's ground truth."""
+    import trace_diagnose as td
+
+    cfg = run.config
+    if run.output("diagnose").get("method") == "ground_truth":
+        td.diagnose_from_ground_truth(inputs, out)
+        return
+    llm = td.LLMConfig(model=cfg.llm, api_base=cfg.llm_api_base, max_cost=cfg.max_cost)
+    rubric = run.path("diagnose", "capabilities.json")
+    try:
+        td.run_diagnosis(
+            inputs,
+            out,
+            llm=llm,
+            n_runs=cfg.label_runs,
+            capabilities=rubric if rubric.is_file() else None,
+            show_progress=False,
+        )
+    except td.IncompleteDiagnosis:
+        pass  # the labels written still count; the folder's report says what is missing
+
+
+def _lacking(folder: Path) -> dict[str, dict[str, Any]]:
+    import trace_diagnose as td
+
+    labels = folder / "labels"
+    if not any(labels.glob("run_*.json")):
+        return {}
+    return td.lacking_rates(td.load_label_runs(labels))
+
+
+def stage_rediagnose(run: Run, say: Say) -> dict[str, Any]:
+    """Diagnose every evaluated policy's held-out trajectories like the base agent's, and
+    tabulate per capability the LACKING rate before (the diagnosed agent) and after training
+    (each policy): did the gap an adapter was trained for close?"""
+    cfg = run.config
+    if not run.output("diagnose").get("method"):
+        return {}
+    folders = {}
+    for name, summary in run.output("evaluate").get("summaries", {}).items():
+        out = run.path("rediagnose", name.replace(":", "__"))
+        if not (out / "analysis.json").exists():
+            episodes = str(Path(summary).with_name("episodes.jsonl"))
+            say(f"rediagnose: {name} on its {cfg.eval_episodes} {cfg.eval_split} episodes")
+            _diagnose_like_the_base(run, [episodes], out)
+        folders[name] = str(out)
+    before = _lacking(run.path("diagnose"))
+    after = {name: _lacking(Path(folder)) for name, folder in folders.items()}
+    trained = list(run.output("train").get("adapters", {}))
+    caps = [c for c in trained if c in before] + sorted(c for c in before if c not in trained)
+    rows = [
+        {
+            "capability": cap,
+            "trained": cap in trained,
+            "before": before[cap],
+            "after": {name: rates.get(cap) for name, rates in after.items()},
+        }
+        for cap in caps
+    ]
+    run.path("rediagnose").mkdir(parents=True, exist_ok=True)
+    table = {"method": run.output("diagnose")["method"], "policies": list(folders), "rows": rows}
+    run.path("rediagnose", "lacking.json").write_text(json.dumps(table, indent=2))
+    for row in rows:
+        if row["trained"]:
+            now = ", ".join(
+                f"{name} {_pct(r)}" for name, r in row["after"].items() if r is not None
+            )
+            now = now or "no held-out episode needed it"
+            say(f"rediagnose: {row['capability']} LACKING {_pct(row['before'])} before; {now}")
+    return {"folders": folders, "table": str(run.path("rediagnose", "lacking.json"))}
+
+
+def _pct(rates: dict[str, Any] | None) -> str:
+    if not rates or rates.get("rate") is None:
+        return "-"
+    return f"{rates['rate']:.0%} of {rates['judged']}"
+
+
+def stage_report(run: Run, say: Say) -> dict[str, Any]:
+    from trace_train.pipeline.report import write_run_report
 
     paths = write_run_report(run)
     say(f"report: {paths['html']}")
     return {k: str(v) for k, v in paths.items()}
 
 
-STAGE_FUNCTIONS: dict[str, Callable[[Run, Callable[[str], None]], dict[str, Any]]] = {
-    "warmstart": stage_warmstart,
-    "rollout-base": stage_rollout_base,
-    "diagnose": stage_diagnose,
-    "select": stage_select,
-    "map-envs": stage_map_envs,
-    "train": stage_train,
-    "compose": stage_compose,
-    "evaluate": stage_evaluate,
-    "report": stage_report,
-}
+@dataclass(frozen=True)
+class Stage:
+    """One row of the stage table: its name (the key in ``stages.json``), what it runs, and
+    whether it belongs to training (skipped when the config sets ``train: false``)."""
+
+    name: str
+    fn: Callable[[Run, Say], dict[str, Any]]
+    trains: bool = False
 
 
-def run_pipeline(config: PipelineConfig, say: Callable[[str], None] = print) -> Path:
+STAGES: tuple[Stage, ...] = (
+    Stage("warmstart", stage_warmstart),
+    Stage("rollout-base", stage_rollout_base),
+    Stage("diagnose", stage_diagnose),
+    Stage("select", stage_select),
+    Stage("map-envs", stage_map_envs),
+    Stage("synthesize", stage_synthesize),
+    Stage("train", stage_train, trains=True),
+    Stage("compose", stage_compose, trains=True),
+    Stage("evaluate", stage_evaluate, trains=True),
+    Stage("rediagnose", stage_rediagnose, trains=True),
+    Stage("report", stage_report),
+)
+"""Every stage of ``trace run``, in the order it runs."""
+
+
+def run_pipeline(config: PipelineConfig, say: Say = print) -> Path:
     """Run (or resume) every stage; return the path of the final HTML report."""
     run = Run(config)
     saved = run.path("config.yaml")
@@ -477,18 +690,18 @@ def run_pipeline(config: PipelineConfig, say: Callable[[str], None] = print) -> 
     saved.write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
     if config.trajectories and config.train and not config.target:
         raise PipelineError("training needs a trace_gym target to evaluate on; set train: false")
-    skip_training = not config.train
+    use_environments(environments_folder(run))  # synthesised by an earlier, interrupted run
     for i, stage in enumerate(STAGES, 1):
-        if skip_training and stage in ("train", "compose", "evaluate"):
+        if stage.trains and not config.train:
             continue
-        if run.done(stage):
-            say(f"[{i}/{len(STAGES)}] {stage}: done earlier, skipped")
+        if run.done(stage.name):
+            say(f"[{i}/{len(STAGES)}] {stage.name}: done earlier, skipped")
             continue
-        say(f"[{i}/{len(STAGES)}] {stage} ...")
-        run.mark(stage, "started")
+        say(f"[{i}/{len(STAGES)}] {stage.name} ...")
+        run.mark(stage.name, "started")
         started = time.time()
-        output = STAGE_FUNCTIONS[stage](run, say)
-        run.mark(stage, "done", output, seconds=time.time() - started)
+        output = stage.fn(run, say)
+        run.mark(stage.name, "done", output, seconds=time.time() - started)
     return Path(run.output("report")["html"])
 
 

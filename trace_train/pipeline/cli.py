@@ -1,0 +1,98 @@
+"""``trace``: the TRACE loop end to end.
+
+Examples::
+
+    trace run --config trace_train/configs/demo_cpu.yaml
+    trace run --config my.yaml --llm openai/gpt-4o-mini --set eval_episodes=50
+    trace run --set target=trace/service-desk-v0 --set trajectories='["tau2.json"]' \\
+        --set train=false --llm openai/gpt-4o-mini
+    trace status runs/demo
+
+A rerun of the same command resumes: finished stages are skipped, an interrupted one picks up
+where it stopped. Errors print one line (``TRACE_DEBUG=1`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import yaml
+
+
+def _overrides(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--set {pair!r}: use KEY=VALUE")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from trace_train.pipeline import PipelineConfig, run_pipeline
+
+    overrides = _overrides(args.set or [])
+    if args.llm:
+        overrides["llm"] = args.llm
+    if args.run_dir:
+        overrides["run_dir"] = args.run_dir
+    config = PipelineConfig.load(args.config, overrides)
+    report = run_pipeline(config)
+    print(f"\nreport: {report}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from trace_train.pipeline import STAGES, status
+
+    state = status(args.run_dir)
+    for stage in STAGES:
+        entry = state.get(stage.name, {})
+        seconds = f"  ({entry['seconds']} s)" if "seconds" in entry else ""
+        print(f"{stage.name:<13} {entry.get('status', 'pending')}{seconds}")
+    if args.json:
+        print(json.dumps(state, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trace", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run", help="diagnose, select, synthesize, train, compose, evaluate, rediagnose, report"
+    )
+    run.add_argument("--config", help="YAML file of PipelineConfig fields")
+    run.add_argument(
+        "--llm",
+        help="provider/model for the diagnosis and for writing missing environments "
+        "(default: ground-truth labels; synthesis requests written for later)",
+    )
+    run.add_argument("--run-dir", help="run folder (overrides the config)")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
+    run.set_defaults(fn=cmd_run)
+    st = sub.add_parser("status", help="which stages of a run folder finished")
+    st.add_argument("run_dir")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(fn=cmd_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except (ValueError, OSError, RuntimeError) as exc:
+        if os.environ.get("TRACE_DEBUG"):
+            raise
+        print(f"trace: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

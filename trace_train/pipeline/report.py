@@ -1,0 +1,196 @@
+"""The final report of ``trace run``: one self-contained HTML page plus JSON.
+
+Base vs each single adapter vs routed vs mixture on the target's held-out split (success and
+mean reward with 95 % intervals), the validation gates of every synthesised environment, the LACKING rate per capability
+before and after training (re-diagnosis), per-capability success before and after, rollouts spent per
+adapter, the diagnosis summary, and links to every artifact of the run. Inline CSS and SVG
+only; every string is escaped by jinja2's autoescape; the page makes no external request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from trace_train.pipeline.stages import training_plan
+
+BAR_WIDTH = 420
+"""Pixel width of a 100 % bar in the success chart."""
+LABEL_WIDTH = 290
+"""Pixel width of the policy-name column left of the bars."""
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _rollouts(log: Path) -> dict[str, Any]:
+    """Rollouts and steps a GRPO run used, and its held-out result, from training_log.jsonl."""
+    if not log.exists():
+        return {}
+    lines = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    steps = [x for x in lines if "event" not in x]
+    end = next((x for x in reversed(lines) if x.get("event") == "train_end"), {})
+    return {
+        "steps": len(steps),
+        "rollouts": max((x.get("rollouts/total", 0) for x in steps), default=0),
+        "seconds": end.get("seconds"),
+        "mean_reward_last": steps[-1].get("reward/mean") if steps else None,
+    }
+
+
+def _rel(run: Any, path: str | Path) -> str:
+    """A path as the report links it: relative to the run folder the page sits in."""
+    return os.path.relpath(Path(path).resolve(), run.dir.resolve())
+
+
+def _policy_rows(run: Any) -> list[dict[str, Any]]:
+    rows = []
+    for name, path in run.output("evaluate").get("summaries", {}).items():
+        summary = _read_json(Path(path))
+        if summary is None:
+            continue
+        overall = summary["overall"]
+        lo, hi = overall["success_ci95"]
+        rows.append(
+            {
+                "name": name,
+                "policy": summary.get("policy", name),
+                "episodes": overall["episodes"],
+                "success": overall["success_rate"],
+                "success_lo": lo,
+                "success_hi": hi,
+                "reward": overall["mean_reward"],
+                "reward_ci": overall["mean_reward_ci95"],
+                "capabilities": overall.get("capabilities", {}),
+                "episodes_path": _rel(run, Path(path).with_name("episodes.jsonl")),
+            }
+        )
+    return rows
+
+
+def _chart(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Geometry of the success chart (bars with 95 % interval whiskers)."""
+    bars = []
+    for i, r in enumerate(rows):
+        y = 10 + i * 34
+        bars.append(
+            {
+                "label": r["name"],
+                "y": y,
+                "w": round(BAR_WIDTH * r["success"], 1),
+                "lo": round(LABEL_WIDTH + BAR_WIDTH * r["success_lo"], 1),
+                "hi": round(LABEL_WIDTH + BAR_WIDTH * r["success_hi"], 1),
+                "text": f"{r['success']:.0%}",
+            }
+        )
+    return {
+        "bars": bars,
+        "height": 20 + 34 * len(rows),
+        "width": LABEL_WIDTH + BAR_WIDTH + 60,
+        "x0": LABEL_WIDTH,
+    }
+
+
+def _capability_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    caps = sorted({c for r in rows for c in r["capabilities"]})
+    table = []
+    for cap in caps:
+        cells = []
+        for r in rows:
+            c = r["capabilities"].get(cap)
+            cells.append(None if c is None else {"rate": c["success_rate"], "n": c["n"]})
+        table.append({"capability": cap, "cells": cells})
+    return {"columns": [r["name"] for r in rows], "rows": table}
+
+
+def _moe_stats(run: Any) -> dict[str, Any]:
+    folder = run.output("compose").get("moe")
+    config = _read_json(Path(folder) / "trace_moe_config.json") if folder else None
+    return (config or {}).get("stats", {})
+
+
+def _synthesized(run: Any) -> list[dict[str, Any]]:
+    """Per capability the synthesize stage handled: outcome, attempts and the last attempt's
+    gates (name, status, reason), or the request file written for later."""
+    rows = []
+    for cap, info in run.output("synthesize").get("environments", {}).items():
+        rows.append(
+            {
+                "capability": cap,
+                **info,
+                "request": _rel(run, info["request"]) if info.get("request") else None,
+                "record": _rel(run, info["record"]) if info.get("record") else None,
+            }
+        )
+    return rows
+
+
+def build_context(run: Any) -> dict[str, Any]:
+    cfg = run.config
+    analysis = _read_json(run.path("diagnose", "analysis.json")) or {}
+    rows = _policy_rows(run)
+    adapters = run.output("train").get("adapters", {})
+    diagnose = run.output("diagnose")
+    return {
+        "target": cfg.target,
+        "model": cfg.model,
+        "base_model": run.base_model if run.output("warmstart") else cfg.model,
+        "base_policy": run.output("rollout-base").get("policy"),
+        "trajectories": run.output("rollout-base").get("trajectories", []),
+        "diagnosis_method": diagnose.get("method"),
+        "core": analysis.get("core", []),
+        "capability_stats": [
+            {
+                "name": c["name"],
+                "mean_cov": c.get("mean_cov"),
+                "mean_delta": c.get("mean_delta"),
+                "verdict": c.get("verdict"),
+                "reason": c.get("reason"),
+            }
+            for c in analysis.get("capabilities", [])
+        ],
+        "totals": analysis.get("totals", {}),
+        "ground_truth": analysis.get("ground_truth", {}),
+        "env_plan": training_plan(run),
+        "synthesized": _synthesized(run),
+        "adapters": [
+            {
+                "capability": cap,
+                **info,
+                "adapter": _rel(run, info["adapter"]),
+                "log": _rel(run, Path(info["adapter"]).parent / "training_log.jsonl"),
+                **_rollouts(Path(info["adapter"]).parent / "training_log.jsonl"),
+            }
+            for cap, info in adapters.items()
+        ],
+        "policies": rows,
+        "chart": _chart(rows),
+        "cap_table": _capability_table(rows),
+        "compose": {k: _rel(run, v) for k, v in run.output("compose").items()},
+        "routing_check": _read_json(run.path("compose", "routing_check.json")) or {},
+        "moe_stats": _moe_stats(run),
+        "rediagnosis": _read_json(run.path("rediagnose", "lacking.json")) or {},
+        "eval_split": cfg.eval_split,
+        "diagnosis_report": diagnose.get("report"),
+        "stages": run.state,
+        "run_dir": str(run.dir),
+    }
+
+
+def write_run_report(run: Any) -> dict[str, Path]:
+    """Write ``report.html`` and ``report.json`` into the run folder."""
+    ctx = build_context(run)
+    env = Environment(
+        loader=PackageLoader("trace_train", "templates"),
+        autoescape=select_autoescape(["html", "jinja"]),
+    )
+    html = env.get_template("run_report.html.jinja").render(**ctx)
+    paths = {"html": run.path("report.html"), "json": run.path("report.json")}
+    paths["html"].write_text(html, encoding="utf-8")
+    paths["json"].write_text(json.dumps(ctx, indent=2, default=str), encoding="utf-8")
+    return paths
