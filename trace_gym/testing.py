@@ -13,8 +13,8 @@ Use it from your own pytest run::
     class TestMyEnv(EnvPropertySuite):
         env_id = "myorg/refund-v0"      # or: make_env = staticmethod(lambda: MyEnv())
 
-Properties (the environment contract every trace_gym environment keeps): determinism (also across processes with different
-``PYTHONHASHSEED``), the oracle passes with score 1.0, do-nothing / random / call-every-tool
+Properties (the environment contract every trace_gym environment keeps): determinism (also
+across processes with different ``PYTHONHASHSEED``), the oracle passes with score 1.0, do-nothing / random / call-every-tool
 agents fail, single-step mutations of the oracle plan fail or score lower, arbitrary actions
 never crash ``step`` and keep rewards in range, verifying twice gives the same result and
 does not mutate the world, offline re-scoring equals the online reward, splits are
