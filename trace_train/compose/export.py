@@ -14,6 +14,8 @@ import json
 import shutil
 from pathlib import Path
 
+from trace_train.quiet import quiet
+
 COMBINATIONS = ("linear", "ties", "cat", "svd", "dare_linear", "dare_ties", "magnitude_prune")
 
 
@@ -60,10 +62,11 @@ def static_merge(
     weights = weights if weights is not None else [1.0 / len(names)] * len(names)
     if len(weights) != len(names):
         raise ValueError(f"{len(weights)} weights for {len(names)} adapters; give one per adapter")
-    base = AutoModelForCausalLM.from_pretrained(base_model)
-    model = PeftModel.from_pretrained(base, adapters[names[0]], adapter_name=names[0])
-    for name in names[1:]:
-        model.load_adapter(adapters[name], adapter_name=name)
+    with quiet():
+        base = AutoModelForCausalLM.from_pretrained(base_model)
+        model = PeftModel.from_pretrained(base, adapters[names[0]], adapter_name=names[0])
+        for name in names[1:]:
+            model.load_adapter(adapters[name], adapter_name=name)
     kwargs = (
         {"density": density} if combination_type in ("ties", "dare_linear", "dare_ties") else {}
     )

@@ -150,13 +150,16 @@ def build_routed(config: RoutingConfig, dtype: torch.dtype = torch.float32) -> R
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    base = AutoModelForCausalLM.from_pretrained(config.base_model_name_or_path, dtype=dtype)
-    first, *rest = config.experts
-    model = PeftModel.from_pretrained(base, first.adapter_dir, adapter_name=first.name)
-    for e in rest:
-        model.load_adapter(e.adapter_dir, adapter_name=e.name)
-    model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(config.base_model_name_or_path)
+    from trace_train.quiet import quiet
+
+    with quiet():
+        base = AutoModelForCausalLM.from_pretrained(config.base_model_name_or_path, dtype=dtype)
+        first, *rest = config.experts
+        model = PeftModel.from_pretrained(base, first.adapter_dir, adapter_name=first.name)
+        for e in rest:
+            model.load_adapter(e.adapter_dir, adapter_name=e.name)
+        model.eval()
+        tokenizer = AutoTokenizer.from_pretrained(config.base_model_name_or_path)
     return RoutedPolicy(model, tokenizer, config)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import trace_gym
 from trace_gym.registration import entry
+from trace_train.quiet import quiet
 
 
 def describe(capability: str, env_id: str) -> str:
@@ -64,8 +65,9 @@ def build_moe(run: Any, adapters: dict[str, dict[str, str]]) -> tuple[Path, floa
     from trace_train.compose.router_training import RouterTrainingConfig, train_routers
 
     base = run.base_model
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base)
+    with quiet():
+        tokenizer = AutoTokenizer.from_pretrained(base)
+        model = AutoModelForCausalLM.from_pretrained(base)
     experts = [
         ExpertSpec(
             name=cap,
@@ -75,7 +77,8 @@ def build_moe(run: Any, adapters: dict[str, dict[str, str]]) -> tuple[Path, floa
         )
         for cap, info in adapters.items()
     ]
-    attach_experts(model, MoEConfig(base, experts))
+    with quiet():
+        attach_experts(model, MoEConfig(base, experts))
     sequences = router_sequences(run, adapters, tokenizer)
     result = train_routers(model, sequences, RouterTrainingConfig(steps=run.config.router_steps))
     moe_state(model).config.stats.update(

@@ -283,10 +283,13 @@ def _merge_adapter(base: str, adapter: Path, out: Path) -> None:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(base)
-    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    merged.save_pretrained(out)
-    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    from trace_train.quiet import quiet
+
+    with quiet():
+        model = AutoModelForCausalLM.from_pretrained(base)
+        merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+        merged.save_pretrained(out)
+        AutoTokenizer.from_pretrained(base).save_pretrained(out)
 
 
 def stage_rollout_base(run: Run, say: Say) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from transformers import PreTrainedModel
 from trace_train.compose.moe.attach import attach_experts
 from trace_train.compose.moe.config import FORMAT, FORMAT_VERSION, MoEConfig
 from trace_train.compose.moe.layers import moe_state
+from trace_train.quiet import quiet
 
 CONFIG_NAME = "trace_moe_config.json"
 ROUTER_NAME = "router.safetensors"
@@ -73,15 +74,17 @@ def load_moe(
     for spec in config.experts:
         spec.adapter_dir = str(root / spec.adapter_dir)
         spec.rank, spec.target_modules = 0, []
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype).eval()
-    attach_experts(model, config)
+    with quiet():
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype).eval()
+        attach_experts(model, config)
     state = moe_state(model)
     state.source_dir = str(root)
     tensors = load_file(str(root / ROUTER_NAME))
     routers = {k[len("routers.") :]: v for k, v in tensors.items()}
     state.routers.load_state_dict(routers, strict=True)
     tok_source = root if (root / "tokenizer_config.json").is_file() else base
-    return model, AutoTokenizer.from_pretrained(tok_source)
+    with quiet():
+        return model, AutoTokenizer.from_pretrained(tok_source)
 
 
 def model_card(config: MoEConfig) -> str:
