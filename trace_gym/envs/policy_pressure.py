@@ -368,17 +368,7 @@ SPEC = CapabilitySpec(
     instructions=instructions,
     hint=hint,
     features=features,
-    tools=(
-        "get_customer",
-        "get_order",
-        "get_reservation",
-        "get_payment_method",
-        "cancel_order",
-        "return_order",
-        "cancel_reservation",
-        "refuse",
-        "transfer_to_human",
-    ),
+    tools=precondition.SPEC.tools,  # the same records, decisions and refusals
     max_turns=14,
     tags=(
         CAPABILITY,
