@@ -166,7 +166,10 @@ class GRPORunConfig(RolloutConfig):
     eval_episodes: int = 0
     """Held-out (``eval`` split) episodes before and after training, greedy; 0 skips."""
     bf16: bool = False
-    """bfloat16 autocast (GPU); keep false on CPU."""
+    """bfloat16 mixed precision in the update's forward and backward passes. On a GPU the base
+    weights also load in bfloat16; on a CPU they stay float32 (float32 decoding measured
+    faster) and only the update autocasts: 1.8x faster forward+backward on an AVX512-BF16
+    CPU (SmolLM2-135M, 4 x 1,100 tokens: 19 s vs 34-45 s, two threads)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (long GPU sequences)."""
     use_vllm: bool = False
@@ -248,6 +251,9 @@ class WarmstartConfig(RolloutConfig):
     """Resume from the last checkpoint when one exists."""
     eval_episodes: int = 20
     """Held-out (``eval`` split) episodes before and after, greedy; 0 skips."""
+    bf16: bool = False
+    """bfloat16 autocast in training (weights and LoRA stay float32): 1.8x faster on an
+    AVX512-BF16 CPU; see ``GRPORunConfig.bf16``."""
     difficulty_spread: bool = True
     """Draw demonstration difficulties evenly over [0, 1] instead of the fixed difficulty, so
     the format is learnt on every kind of task."""

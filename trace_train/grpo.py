@@ -152,7 +152,8 @@ def load_policy_model(cfg: GRPORunConfig, out: Path) -> tuple[Any, Any, Any]:
     from trace_train.quiet import quiet
 
     path = resolve_model(cfg.model)
-    dtype = torch.bfloat16 if cfg.bf16 else torch.float32
+    # On a CPU bf16 only autocasts the update: float32 weights decode faster there.
+    dtype = torch.bfloat16 if cfg.bf16 and _has_accelerator() else torch.float32
     with quiet():
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)

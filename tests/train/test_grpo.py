@@ -260,3 +260,11 @@ def test_kill_and_resume_continues_from_checkpoint(env_tiny, tmp_path, monkeypat
     assert [x["step"] for x in lines if "event" not in x] == [1, 2, 3]
     assert lines[-2]["rollouts/total"] == 6
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU meaning of bf16")
+def test_bf16_on_cpu_autocasts_the_update_and_keeps_float32_weights(env_tiny, tmp_path):
+    cfg = GRPORunConfig(model=env_tiny, env_id=ENV_ID, bf16=True, output_dir=str(tmp_path))
+    model, _, _ = grpo.load_policy_model(cfg, tmp_path)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # decoding stays float32
+    assert grpo.trl_config(cfg, tmp_path).bf16  # the trainer autocasts forward and backward

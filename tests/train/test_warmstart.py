@@ -51,3 +51,22 @@ def test_warmstart_trains_an_adapter_and_logs_before_after(tmp_path, tmp_path_fa
         AutoModelForCausalLM.from_pretrained(base), result.adapter_dir
     )
     assert any("lora_B" in n for n, _ in reloaded.named_parameters())
+
+
+def test_warmstart_bf16_autocasts_and_keeps_float32_weights(tmp_path, tmp_path_factory):
+    from transformers import TrainerCallback
+
+    seen = {}
+
+    class Record(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            seen["bf16"] = args.bf16
+            seen["dtypes"] = {p.dtype for p in model.parameters()}
+
+    cfg = WarmstartConfig(
+        model=build_env_tiny(tmp_path_factory.getbasetemp()), output_dir=str(tmp_path),
+        demonstrations=2, epochs=1, batch_size=2, eval_episodes=0, bf16=True, max_turns=6,
+        max_new_tokens=8, max_completion_tokens=200,
+    )  # fmt: skip
+    train(cfg, callbacks=[Record()])
+    assert seen == {"bf16": True, "dtypes": {torch.float32}}
