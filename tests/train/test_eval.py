@@ -112,3 +112,17 @@ def test_cli_eval_and_known_errors(tmp_path, capsys):
         == 2
     )
     assert main(["grpo", "--group-size", "1"]) == 2  # a __post_init__ check, one line
+
+
+def test_versus_base_says_improved_only_when_the_interval_excludes_zero():
+    from trace_train.pipeline.report import versus
+
+    def row(k, n):
+        return {"success": k / n, "episodes": n}
+
+    assert versus(row(30, 100), row(50, 100))["verdict"] == "improved"
+    assert versus(row(0, 2), row(1, 2))["verdict"] == "no measurable change"
+    assert versus(row(0, 2), row(2, 2))["verdict"] == "improved"  # 0/2 -> 2/2 just excludes 0
+    assert versus(row(50, 100), row(30, 100))["verdict"] == "worse"
+    v = versus(row(48, 80), row(56, 70))  # Newcombe (1998), method 10: 0.0524 to 0.3339
+    assert abs(v["lo"] - 0.0524) < 1e-3 and abs(v["hi"] - 0.3339) < 1e-3

@@ -107,7 +107,19 @@ def test_report_compares_every_policy_with_intervals(finished_run):
         assert (
             p["episodes"] == 2 and 0.0 <= p["success_lo"] <= p["success"] <= p["success_hi"] <= 1.0
         )
+    assert report["policies"][0]["vs_base"] is None  # the base is what the others are against
+    for p in report["policies"][1:]:
+        v = p["vs_base"]
+        assert v["lo"] <= v["diff"] <= v["hi"] and v["verdict"] in (
+            "improved", "worse", "no measurable change"
+        )  # fmt: skip
+    # The console ends with the same comparison (random tiny policies: nothing changes).
+    closing = finished_run["log"][-len(names) - 1 :]
+    assert closing[0].startswith("held-out success on ")
+    assert all(name in line for name, line in zip(names, closing[1:], strict=True))
+    assert all("vs base" in line and "no measurable change" in line for line in closing[2:])
     html = finished_run["report"].read_text()
+    assert "success vs base" in html
     assert (
         "<svg" in html
         and "<script" not in html

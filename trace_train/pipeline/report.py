@@ -16,6 +16,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from trace_diagnose.stats import newcombe
 from trace_train.pipeline.stages import training_plan
 
 BAR_WIDTH = 420
@@ -70,7 +71,38 @@ def _policy_rows(run: Any) -> list[dict[str, Any]]:
                 "episodes_path": _rel(run, Path(path).with_name("episodes.jsonl")),
             }
         )
+    base = next((r for r in rows if r["name"] == "base"), None)
+    for r in rows:
+        r["vs_base"] = versus(base, r) if base is not None and r is not base else None
     return rows
+
+
+def versus(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Success of ``after`` minus ``before`` with Newcombe's 95 % interval, and what it says:
+    ``improved`` / ``worse`` only when the interval excludes zero."""
+    n0, n1 = before["episodes"], after["episodes"]
+    k0, k1 = round(before["success"] * n0), round(after["success"] * n1)
+    lo, hi = newcombe(k1, n1, k0, n0) or (-1.0, 1.0)
+    verdict = "improved" if lo > 0 else "worse" if hi < 0 else "no measurable change"
+    return {"diff": k1 / n1 - k0 / n0, "lo": lo, "hi": hi, "verdict": verdict}
+
+
+def closing_summary(run: Any) -> list[str]:
+    """What improved over the base agent, with intervals: the last lines ``trace run`` prints."""
+    rows = _policy_rows(run)
+    if not rows:
+        return []
+    lines = [f"held-out success on {run.config.target} ({run.config.eval_split} split):"]
+    for r in rows:
+        line = (
+            f"  {r['name']:<32} {r['success']:6.1%}  "
+            f"(95 % {r['success_lo']:.0%}-{r['success_hi']:.0%}, n={r['episodes']})"
+        )
+        if r["vs_base"]:
+            v = r["vs_base"]
+            line += f"  vs base {v['diff']:+.0%} [{v['lo']:+.0%}, {v['hi']:+.0%}]: {v['verdict']}"
+        lines.append(line)
+    return lines
 
 
 def _chart(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -705,6 +705,10 @@ def run_pipeline(config: PipelineConfig, say: Say = print) -> Path:
         started = time.time()
         output = stage.fn(run, say)
         run.mark(stage.name, "done", output, seconds=time.time() - started)
+    from trace_train.pipeline.report import closing_summary
+
+    for line in closing_summary(run):
+        say(line)
     return Path(run.output("report")["html"])
 
 
