@@ -1,0 +1,304 @@
+"""Does GRPO make an agent better on a CPU? One capability, held-out success before and after.
+
+SmolLM2-135M-Instruct (the embedded model) learns ``trace/tool-call-v0`` at difficulty 0 (one
+precise tool call: cancel an order, move a payment, add bags):
+
+1. ``warmstart``: supervised LoRA on oracle demonstrations from the train split, so the model
+   writes tool calls at all (untrained it writes none, and GRPO gets no signal);
+2. ``eval_before``: greedy, on ``--heldout`` tasks of the eval split (seeds 0..N-1);
+3. ``grpo``: the warm-start adapter keeps training with GRPO (groups of ``--group`` rollouts of
+   one task, a quarter of them hinted, partial-credit reward);
+4. ``eval_after``: the same held-out tasks, the same greedy decoding;
+5. ``report``: ``benchmarks/results/learning_cpu.json`` (the gain with Newcombe's 95 % interval,
+   the per-step training log, the command) and ``learning_cpu.png`` (the learning curve).
+
+Every phase resumes: the trainers from their checkpoints, the evaluations from the episodes
+already written, and a finished phase is skipped, so an interrupted run picks up where it was.
+
+    OMP_NUM_THREADS=2 python benchmarks/learning_cpu.py            # ~1.5 h on 2 cores
+    OMP_NUM_THREADS=1 python benchmarks/learning_cpu.py --demos 8 --heldout 8 --steps 1  # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+RESULTS = Path(__file__).parent / "results"
+ENV_ID = "trace/tool-call-v0"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", default="embedded")
+    ap.add_argument("--difficulty", type=float, default=0.0)
+    ap.add_argument("--demos", type=int, default=128, help="oracle demonstrations (warm start)")
+    ap.add_argument("--epochs", type=float, default=2.0, help="warm-start epochs")
+    ap.add_argument("--warmstart-lr", type=float, default=4e-4)
+    ap.add_argument("--heldout", type=int, default=100, help="held-out tasks, before and after")
+    ap.add_argument("--steps", type=int, default=24, help="GRPO optimizer steps")
+    ap.add_argument("--group", type=int, default=8, help="rollouts per group (one task)")
+    ap.add_argument("--groups-per-step", type=int, default=1)
+    ap.add_argument("--grpo-lr", type=float, default=1e-4)
+    ap.add_argument("--temperature", type=float, default=0.8, help="GRPO rollout temperature")
+    ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "2")))
+    ap.add_argument("--run-dir", default="runs/learning_cpu")
+    ap.add_argument("--out", default=str(RESULTS / "learning_cpu.json"))
+    return ap.parse_args(argv)
+
+
+def rollout_settings(args: argparse.Namespace) -> dict:
+    """How every phase plays an episode: one call, one closing message, one turn to repair."""
+    return {
+        "model": args.model,
+        "env_id": ENV_ID,
+        "difficulty": args.difficulty,
+        "max_turns": 3,
+        "max_new_tokens": 160,  # the longest d=0 call is ~70 tokens; 64 cut calls mid-JSON
+        "max_completion_tokens": 768,
+        "tool_prompt": "compact",
+        "reward_mode": "partial",
+        "bf16": True,  # autocast in forward/backward: 1.8x on AVX512-BF16 (weights stay fp32)
+    }
+
+
+def phase_done(run: Path, name: str) -> dict | None:
+    marker = run / f"{name}.done.json"
+    return json.loads(marker.read_text()) if marker.exists() else None
+
+
+def finish_phase(run: Path, name: str, record: dict) -> dict:
+    (run / f"{name}.done.json").write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+# ---------------------------------------------------------------------------------------------
+def warm_start(args: argparse.Namespace, run: Path) -> dict:
+    from trace_train import warmstart
+    from trace_train.config import WarmstartConfig
+
+    cfg = WarmstartConfig(
+        **rollout_settings(args),
+        output_dir=str(run / "warmstart"),
+        demonstrations=args.demos,
+        epochs=args.epochs,
+        learning_rate=args.warmstart_lr,
+        batch_size=4,
+        save_steps=8,
+        eval_episodes=0,  # evaluated below, on more tasks, with per-task records
+        difficulty_spread=False,  # demonstrations at the difficulty we evaluate
+    )
+    started = time.time()
+    result = warmstart.train(cfg)
+    lines = [json.loads(x) for x in result.log_path.read_text().splitlines()]
+    losses = [x["loss"] for x in lines if "loss" in x]
+    return {
+        "adapter": str(result.adapter_dir),
+        "seconds": round(time.time() - started, 1),
+        "demonstrations": args.demos,
+        "epochs": args.epochs,
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+    }
+
+
+def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str) -> dict:
+    """Greedy episodes on eval-split seeds 0..N-1; episodes are appended as they finish, so a
+    rerun continues after the last one written."""
+    import torch
+    from peft import PeftModel
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trace_train.embedded import resolve_model
+    from trace_train.policies import ModelPolicy, PlaySettings
+    from trace_train.quiet import quiet
+    from trace_train.rollout import EpisodeSpec
+
+    s = rollout_settings(args)
+    with quiet():
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model))
+        base = AutoModelForCausalLM.from_pretrained(resolve_model(args.model), dtype=torch.float32)
+        model = PeftModel.from_pretrained(base, adapter).eval()
+    tokenizer.padding_side = "left"
+    policy = ModelPolicy(model, tokenizer, name)
+    settings = PlaySettings(
+        s["max_turns"], s["max_new_tokens"], s["max_completion_tokens"], 0.0, s["reward_mode"],
+        tool_prompt=s["tool_prompt"],
+    )  # fmt: skip
+    path = run / f"{name}.episodes.jsonl"
+    done = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    specs = [EpisodeSpec(ENV_ID, i, args.difficulty, "eval") for i in range(args.heldout)]
+    started = time.time()
+    with tqdm(total=len(specs), initial=len(done), desc=name) as bar:
+        for i in range(len(done), len(specs), 8):
+            records = policy.play(specs[i : i + 8], settings)
+            with open(path, "a", encoding="utf-8") as fh:
+                for r in records:
+                    row = {"seed": r["task_seed"], "success": bool(r["is_success"]),
+                           "reward": float(r["final_reward"]), "turns": r["turns"]}  # fmt: skip
+                    fh.write(json.dumps(row) + "\n")
+                    done.append(row)
+            bar.update(len(records))
+    return {
+        "tasks": len(done),
+        "successes": sum(r["success"] for r in done),
+        "mean_reward": round(sum(r["reward"] for r in done) / max(1, len(done)), 4),
+        "seconds": round(time.time() - started, 1),
+        "per_task_success": [int(r["success"]) for r in done],
+    }
+
+
+def grpo_phase(args: argparse.Namespace, run: Path, adapter: str) -> dict:
+    from trace_train import grpo
+    from trace_train.config import GRPORunConfig
+
+    cfg = GRPORunConfig(
+        **rollout_settings(args),
+        output_dir=str(run / "grpo"),
+        init_adapter=adapter,
+        group_size=args.group,
+        groups_per_step=args.groups_per_step,
+        steps=args.steps,
+        learning_rate=args.grpo_lr,
+        temperature=args.temperature,
+        hint_ratio=0.25,
+        save_steps=2,
+        eval_episodes=0,
+    )
+    started = time.time()
+    result = grpo.train(cfg)
+    lines = [json.loads(x) for x in result.log_path.read_text().splitlines()]
+    steps = [x for x in lines if "event" not in x]
+    keep = ("step", "reward/mean", "reward/mean_no_hint", "env/success", "env/success_no_hint",
+            "group/informative_share", "rollouts/total", "time/step_seconds")  # fmt: skip
+    return {
+        "adapter": str(result.adapter_dir),
+        "seconds": round(time.time() - started, 1),
+        "steps": result.global_step,
+        "rollouts": steps[-1].get("rollouts/total", 0) if steps else 0,
+        "log": [{k: x[k] for k in keep if k in x} for x in steps],
+    }
+
+
+def plot(report: dict, path: Path) -> None:
+    """Train reward / success per GRPO step and held-out success before and after."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    log = report["training_log"]
+    steps = [x["step"] for x in log]
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    ax.plot(
+        steps, [x.get("reward/mean_no_hint") for x in log], ".-", label="train reward (unhinted)"
+    )
+    ax.plot(steps, [x.get("env/success_no_hint") for x in log], ".-", alpha=0.6,
+            label="train success (unhinted)")  # fmt: skip
+    for step, key, colour in (
+        (0, "before", "tab:red"),
+        (report["grpo_steps"], "after", "tab:green"),
+    ):
+        p, (lo, hi) = report[f"{key}_success_rate"], report[f"{key}_success_ci95"]
+        ax.errorbar([step], [p], yerr=[[max(0.0, p - lo)], [max(0.0, hi - p)]], fmt="s", color=colour, capsize=4,
+                    label=f"held-out success {key} ({report['heldout_tasks']} tasks, 95 % CI)")  # fmt: skip
+    ax.set_xlabel(f"GRPO step ({report['rollouts'] // max(1, report['grpo_steps'])} rollouts each)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"{report['model']} on {report['env_id']} (d={report['difficulty']:g}), CPU")
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from trace_diagnose.stats import newcombe, wilson
+
+    run = Path(args.run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+
+    ws = phase_done(run, "warmstart") or finish_phase(run, "warmstart", warm_start(args, run))
+    before = phase_done(run, "eval_before") or finish_phase(
+        run, "eval_before", held_out(args, run, "eval_before", ws["adapter"])
+    )
+    rl = phase_done(run, "grpo") or finish_phase(run, "grpo", grpo_phase(args, run, ws["adapter"]))
+    after = phase_done(run, "eval_after") or finish_phase(
+        run, "eval_after", held_out(args, run, "eval_after", rl["adapter"])
+    )
+
+    n, k0, k1 = args.heldout, before["successes"], after["successes"]
+    diff_lo, diff_hi = newcombe(k1, n, k0, n)
+    phase_seconds = ws["seconds"] + before["seconds"] + rl["seconds"] + after["seconds"]
+    report = {
+        "env_id": ENV_ID,
+        "difficulty": args.difficulty,
+        "model": "SmolLM2-135M-Instruct (embedded)" if args.model == "embedded" else args.model,
+        "heldout_tasks": n,
+        "heldout_split": f"eval, seeds 0..{n - 1}, greedy",
+        "before_successes": k0,
+        "after_successes": k1,
+        "before_success_rate": k0 / n,
+        "after_success_rate": k1 / n,
+        "before_success_ci95": list(wilson(k0, n)),
+        "after_success_ci95": list(wilson(k1, n)),
+        "gain": (k1 - k0) / n,
+        "gain_ci95_newcombe": [round(diff_lo, 4), round(diff_hi, 4)],
+        "gain_is_real": diff_lo > 0,
+        "before_mean_reward": before["mean_reward"],
+        "after_mean_reward": after["mean_reward"],
+        "changed_tasks": {
+            "failed_then_solved": sum(
+                a > b
+                for a, b in zip(after["per_task_success"], before["per_task_success"], strict=True)
+            ),
+            "solved_then_failed": sum(
+                a < b
+                for a, b in zip(after["per_task_success"], before["per_task_success"], strict=True)
+            ),
+        },  # fmt: skip
+        "rollouts": rl["rollouts"],
+        "grpo_steps": rl["steps"],
+        "group_size": args.group,
+        "groups_per_step": args.groups_per_step,
+        "grpo_learning_rate": args.grpo_lr,
+        "rollout_temperature": args.temperature,
+        "warmstart": {
+            k: ws[k] for k in ("demonstrations", "epochs", "seconds", "loss_first", "loss_last")
+        },
+        "phase_seconds": {
+            "warmstart": ws["seconds"],
+            "eval_before": before["seconds"],
+            "grpo": rl["seconds"],
+            "eval_after": after["seconds"],
+        },  # fmt: skip
+        "wall_seconds": round(phase_seconds, 1),
+        "threads": args.threads,
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        "training_log": rl["log"],
+        "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/learning_cpu.py "
+        + shlex.join(sys.argv[1:] if argv is None else argv),
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    plot(report, out.with_suffix(".png"))
+    print(json.dumps({k: v for k, v in report.items() if k != "training_log"}, indent=2))
+    print(f"this invocation: {time.time() - started:.0f} s; report: {out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""benchmarks/learning_cpu.py end to end on a tiny model: every phase, the report, resuming."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from tests.train.envtiny import build_env_tiny
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_benchmark():  # noqa: ANN201
+    spec = importlib.util.spec_from_file_location(
+        "learning_cpu", ROOT / "benchmarks/learning_cpu.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_learning_benchmark_runs_every_phase_and_resumes(tmp_path, tmp_path_factory):
+    bench = load_benchmark()
+    model = build_env_tiny(tmp_path_factory.getbasetemp())
+    run, out = tmp_path / "run", tmp_path / "results" / "learning.json"
+    argv = ["--model", model, "--demos", "2", "--epochs", "1", "--heldout", "3", "--steps", "1",
+            "--group", "2", "--threads", "1", "--run-dir", str(run), "--out", str(out)]  # fmt: skip
+    report = bench.main(argv)
+
+    saved = json.loads(out.read_text())
+    assert saved == json.loads(json.dumps(report))
+    for key in ("env_id", "difficulty", "model", "heldout_tasks", "before_successes",
+                "after_successes", "rollouts", "grpo_steps", "wall_seconds", "command"):  # fmt: skip
+        assert key in saved, key
+    assert saved["heldout_tasks"] == 3 and saved["grpo_steps"] == 1 and saved["rollouts"] == 2
+    lo, hi = saved["gain_ci95_newcombe"]
+    assert -1 <= lo <= saved["gain"] <= hi <= 1
+    assert saved["gain_is_real"] == (lo > 0)
+    assert saved["training_log"] and "group/informative_share" in saved["training_log"][0]
+    assert "--heldout 3" in saved["command"]
+    assert out.with_suffix(".png").stat().st_size > 1000
+
+    # An interrupted evaluation continues after the last episode written; finished phases
+    # are not run again (their markers, and the episodes they wrote, stay as they were).
+    episodes = run / "eval_after.episodes.jsonl"
+    first = episodes.read_text().splitlines()
+    episodes.write_text(first[0] + "\n")
+    (run / "eval_after.done.json").unlink()
+    markers = {p.name: p.read_text() for p in run.glob("*.done.json")}
+    bench.main(argv)
+    assert episodes.read_text().splitlines() == first
+    assert {p.name: p.read_text() for p in run.glob("*.done.json") if p.name in markers} == markers
+    assert len((run / "eval_before.episodes.jsonl").read_text().splitlines()) == 3
