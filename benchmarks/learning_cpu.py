@@ -27,6 +27,7 @@ import os
 import shlex
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -57,6 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def rollout_settings(args: argparse.Namespace) -> dict:
     """How every phase plays an episode: one call, one closing message, one turn to repair."""
+    from trace_train.decoding import bf16_supported
+
     return {
         "model": args.model,
         "env_id": ENV_ID,
@@ -66,7 +69,8 @@ def rollout_settings(args: argparse.Namespace) -> dict:
         "max_completion_tokens": 768,
         "tool_prompt": "compact",
         "reward_mode": "partial",
-        "bf16": True,  # autocast in forward/backward: 1.8x on AVX512-BF16 (weights stay fp32)
+        # autocast in forward/backward where bf16 is native: 1.8x on AVX512-BF16 (fp32 weights)
+        "bf16": bf16_supported(),
     }
 
 
@@ -99,7 +103,7 @@ def warm_start(args: argparse.Namespace, run: Path) -> dict:
     started = time.time()
     result = warmstart.train(cfg)
     lines = [json.loads(x) for x in result.log_path.read_text().splitlines()]
-    losses = [x["loss"] for x in lines if "loss" in x]
+    losses = [x["train/loss"] for x in lines if "train/loss" in x]
     return {
         "adapter": str(result.adapter_dir),
         "seconds": round(time.time() - started, 1),
@@ -110,7 +114,7 @@ def warm_start(args: argparse.Namespace, run: Path) -> dict:
     }
 
 
-def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str) -> dict:
+def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str | None) -> dict:
     """Greedy episodes on eval-split seeds 0..N-1; episodes are appended as they finish, so a
     rerun continues after the last one written."""
     import torch
@@ -127,7 +131,7 @@ def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str) -> di
     with quiet():
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model))
         base = AutoModelForCausalLM.from_pretrained(resolve_model(args.model), dtype=torch.float32)
-        model = PeftModel.from_pretrained(base, adapter).eval()
+        model = (PeftModel.from_pretrained(base, adapter) if adapter else base).eval()
     tokenizer.padding_side = "left"
     policy = ModelPolicy(model, tokenizer, name)
     settings = PlaySettings(
@@ -143,8 +147,10 @@ def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str) -> di
             records = policy.play(specs[i : i + 8], settings)
             with open(path, "a", encoding="utf-8") as fh:
                 for r in records:
+                    checks = (r.get("verification") or {}).get("checks", [])
                     row = {"seed": r["task_seed"], "success": bool(r["is_success"]),
-                           "reward": float(r["final_reward"]), "turns": r["turns"]}  # fmt: skip
+                           "reward": float(r["final_reward"]), "turns": r["turns"],
+                           "failed_checks": [c["name"] for c in checks if not c["passed"]]}  # fmt: skip
                     fh.write(json.dumps(row) + "\n")
                     done.append(row)
             bar.update(len(records))
@@ -154,6 +160,7 @@ def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str) -> di
         "mean_reward": round(sum(r["reward"] for r in done) / max(1, len(done)), 4),
         "seconds": round(time.time() - started, 1),
         "per_task_success": [int(r["success"]) for r in done],
+        "failed_checks": dict(Counter(c for r in done for c in r.get("failed_checks", []))),
     }
 
 
@@ -211,6 +218,9 @@ def plot(report: dict, path: Path) -> None:
         p, (lo, hi) = report[f"{key}_success_rate"], report[f"{key}_success_ci95"]
         ax.errorbar([step], [p], yerr=[[max(0.0, p - lo)], [max(0.0, hi - p)]], fmt="s", color=colour, capsize=4,
                     label=f"held-out success {key} ({report['heldout_tasks']} tasks, 95 % CI)")  # fmt: skip
+    if "base_successes" in report:
+        ax.axhline(report["base_successes"] / report["heldout_tasks"], ls="--", color="grey",
+                   label="held-out success of the untrained model")  # fmt: skip
     ax.set_xlabel(f"GRPO step ({report['rollouts'] // max(1, report['grpo_steps'])} rollouts each)")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(f"{report['model']} on {report['env_id']} (d={report['difficulty']:g}), CPU")
@@ -238,16 +248,34 @@ def main(argv: list[str] | None = None) -> dict:
     after = phase_done(run, "eval_after") or finish_phase(
         run, "eval_after", held_out(args, run, "eval_after", rl["adapter"])
     )
+    # The untrained model on the same tasks: last, as the slowest to play (it writes prose to
+    # the token limit every turn), and what both trainings together are measured against.
+    base = phase_done(run, "eval_base") or finish_phase(
+        run, "eval_base", held_out(args, run, "eval_base", None)
+    )
 
     n, k0, k1 = args.heldout, before["successes"], after["successes"]
     diff_lo, diff_hi = newcombe(k1, n, k0, n)
-    phase_seconds = ws["seconds"] + before["seconds"] + rl["seconds"] + after["seconds"]
+    phase_seconds = sum(x["seconds"] for x in (ws, before, rl, after, base))
+
+    def compare(first: dict, then: dict) -> dict:
+        lo, hi = newcombe(then["successes"], n, first["successes"], n)
+        pairs = list(zip(first["per_task_success"], then["per_task_success"], strict=True))
+        return {
+            "gain": (then["successes"] - first["successes"]) / n,
+            "ci95_newcombe": [round(lo, 4), round(hi, 4)],
+            "excludes_zero": lo > 0 or hi < 0,
+            "failed_then_solved": sum(a < b for a, b in pairs),
+            "solved_then_failed": sum(a > b for a, b in pairs),
+        }
+
     report = {
         "env_id": ENV_ID,
         "difficulty": args.difficulty,
         "model": "SmolLM2-135M-Instruct (embedded)" if args.model == "embedded" else args.model,
         "heldout_tasks": n,
         "heldout_split": f"eval, seeds 0..{n - 1}, greedy",
+        "before": "the warm-started adapter (GRPO's start); after: the same adapter after GRPO",
         "before_successes": k0,
         "after_successes": k1,
         "before_success_rate": k0 / n,
@@ -257,18 +285,20 @@ def main(argv: list[str] | None = None) -> dict:
         "gain": (k1 - k0) / n,
         "gain_ci95_newcombe": [round(diff_lo, 4), round(diff_hi, 4)],
         "gain_is_real": diff_lo > 0,
+        "failed_checks": {
+            "base": base.get("failed_checks"),
+            "before": before.get("failed_checks"),
+            "after": after.get("failed_checks"),
+        },
         "before_mean_reward": before["mean_reward"],
         "after_mean_reward": after["mean_reward"],
-        "changed_tasks": {
-            "failed_then_solved": sum(
-                a > b
-                for a, b in zip(after["per_task_success"], before["per_task_success"], strict=True)
-            ),
-            "solved_then_failed": sum(
-                a < b
-                for a, b in zip(after["per_task_success"], before["per_task_success"], strict=True)
-            ),
-        },  # fmt: skip
+        "base_successes": base["successes"],
+        "base_success_ci95": list(wilson(base["successes"], n)),
+        "comparisons": {
+            "grpo_vs_warmstart": compare(before, after),
+            "warmstart_vs_base": compare(base, before),
+            "trained_vs_base": compare(base, after),
+        },
         "rollouts": rl["rollouts"],
         "grpo_steps": rl["steps"],
         "group_size": args.group,
@@ -283,9 +313,11 @@ def main(argv: list[str] | None = None) -> dict:
             "eval_before": before["seconds"],
             "grpo": rl["seconds"],
             "eval_after": after["seconds"],
+            "eval_base": base["seconds"],
         },  # fmt: skip
         "wall_seconds": round(phase_seconds, 1),
         "threads": args.threads,
+        "bf16_autocast_in_training": rollout_settings(args)["bf16"],
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "training_log": rl["log"],
         "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/learning_cpu.py "

@@ -37,6 +37,14 @@ def test_learning_benchmark_runs_every_phase_and_resumes(tmp_path, tmp_path_fact
     lo, hi = saved["gain_ci95_newcombe"]
     assert -1 <= lo <= saved["gain"] <= hi <= 1
     assert saved["gain_is_real"] == (lo > 0)
+    assert set(saved["comparisons"]) == {
+        "grpo_vs_warmstart",
+        "warmstart_vs_base",
+        "trained_vs_base",
+    }
+    grpo_only = saved["comparisons"]["grpo_vs_warmstart"]
+    assert grpo_only["gain"] == saved["gain"] and grpo_only["ci95_newcombe"] == [lo, hi]
+    assert 0 <= saved["base_successes"] <= 3
     assert saved["training_log"] and "group/informative_share" in saved["training_log"][0]
     assert "--heldout 3" in saved["command"]
     assert out.with_suffix(".png").stat().st_size > 1000
@@ -51,4 +59,5 @@ def test_learning_benchmark_runs_every_phase_and_resumes(tmp_path, tmp_path_fact
     bench.main(argv)
     assert episodes.read_text().splitlines() == first
     assert {p.name: p.read_text() for p in run.glob("*.done.json") if p.name in markers} == markers
-    assert len((run / "eval_before.episodes.jsonl").read_text().splitlines()) == 3
+    for phase in ("eval_before", "eval_base"):
+        assert len((run / f"{phase}.episodes.jsonl").read_text().splitlines()) == 3
