@@ -117,22 +117,13 @@ def warm_start(args: argparse.Namespace, run: Path) -> dict:
 def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str | None) -> dict:
     """Greedy episodes on eval-split seeds 0..N-1; episodes are appended as they finish, so a
     rerun continues after the last one written."""
-    import torch
-    from peft import PeftModel
     from tqdm.auto import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trace_train.embedded import resolve_model
-    from trace_train.policies import ModelPolicy, PlaySettings
-    from trace_train.quiet import quiet
+    from trace_train.policies import ModelPolicy, PlaySettings, load_hf
     from trace_train.rollout import EpisodeSpec
 
     s = rollout_settings(args)
-    with quiet():
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model))
-        base = AutoModelForCausalLM.from_pretrained(resolve_model(args.model), dtype=torch.float32)
-        model = (PeftModel.from_pretrained(base, adapter) if adapter else base).eval()
-    tokenizer.padding_side = "left"
+    model, tokenizer = load_hf(args.model, adapter)
     policy = ModelPolicy(model, tokenizer, name)
     settings = PlaySettings(
         s["max_turns"], s["max_new_tokens"], s["max_completion_tokens"], 0.0, s["reward_mode"],
