@@ -27,6 +27,7 @@ def tiny_config(tmp_path, model_dir, **overrides) -> PipelineConfig:
         "preset": "cpu_tiny",
         "grpo": {"steps": 1, "group_size": 2, "max_new_tokens": 8},  # the smallest real update
         "max_adapters": 1,
+        "plain_grpo": True,  # the paper's baseline at the adapters' rollouts
         "router_sequences": 2,
         "router_steps": 5,
         "eval_episodes": 2,
@@ -101,8 +102,17 @@ def test_report_compares_every_policy_with_intervals(finished_run):
     report = json.loads((finished_run["dir"] / "report.json").read_text())
     names = [p["name"] for p in report["policies"]]
     (adapter,) = report["adapters"]
-    assert names == ["base", f"adapter:{adapter['capability']}", "routed", "moe"]
+    assert names == ["base", f"adapter:{adapter['capability']}", "plain-grpo", "routed", "moe"]
     assert adapter["rollouts"] == 2 and adapter["steps"] == 1
+    # Plain GRPO trained on the target itself, with exactly the adapters' rollouts.
+    plain = report["plain_grpo"]
+    assert plain["env_id"] == "trace/service-desk-v0" and plain["rollouts"] == 2
+    assert plain["steps"] == 1 and (finished_run["dir"] / plain["log"]).is_file()
+    against_plain = {p["name"]: p["vs_plain_grpo"] for p in report["policies"]}
+    assert against_plain["base"] is None and against_plain["plain-grpo"] is None
+    for name in names[1:2] + names[3:]:
+        v = against_plain[name]
+        assert v["lo"] <= v["diff"] <= v["hi"]
     for p in report["policies"]:
         assert (
             p["episodes"] == 2 and 0.0 <= p["success_lo"] <= p["success"] <= p["success_hi"] <= 1.0
@@ -114,12 +124,15 @@ def test_report_compares_every_policy_with_intervals(finished_run):
             "improved", "worse", "no measurable change"
         )  # fmt: skip
     # The console ends with the same comparison (random tiny policies: nothing changes).
-    closing = finished_run["log"][-len(names) - 1 :]
-    assert closing[0].startswith("held-out success on ")
-    assert all(name in line for name, line in zip(names, closing[1:], strict=True))
-    assert all("vs base" in line and "no measurable change" in line for line in closing[2:])
+    log = finished_run["log"]
+    start = max(i for i, line in enumerate(log) if line.startswith("held-out success on "))
+    closing, versus_plain = log[start + 1 : start + 1 + len(names)], log[start + 1 + len(names) :]
+    assert all(name in line for name, line in zip(names, closing, strict=True))
+    assert all("vs base" in line and "no measurable change" in line for line in closing[1:])
+    assert versus_plain[0] == ("TRACE against plain GRPO on the target, both at 2 rollouts:")
+    assert [line.split()[0] for line in versus_plain[1:]] == names[1:2] + names[3:]
     html = finished_run["report"].read_text()
-    assert "success vs base" in html
+    assert "success vs base" in html and "success vs plain GRPO, equal rollouts" in html
     assert (
         "<svg" in html
         and "<script" not in html

@@ -1,7 +1,8 @@
 """The final report of ``trace run``: one self-contained HTML page plus JSON.
 
-Base vs each single adapter vs routed vs mixture on the target's held-out split (success and
-mean reward with 95 % intervals), the validation gates of every synthesised environment, the LACKING rate per capability
+Base vs each single adapter vs routed vs mixture (and, with ``plain_grpo``, vs plain GRPO on the
+target at the same rollouts) on the target's held-out split (success and mean reward with 95 %
+intervals), the validation gates of every synthesised environment, the LACKING rate per capability
 before and after training (re-diagnosis), per-capability success before and after, rollouts spent per
 adapter, the diagnosis summary, and links to every artifact of the run. Inline CSS and SVG
 only; every string is escaped by jinja2's autoescape; the page makes no external request.
@@ -17,7 +18,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from trace_diagnose.stats import newcombe
-from trace_train.pipeline.stages import training_plan
+from trace_train.pipeline.stages import COMPOSITIONS, PLAIN_GRPO, training_plan
 
 BAR_WIDTH = 420
 """Pixel width of a 100 % bar in the success chart."""
@@ -72,8 +73,12 @@ def _policy_rows(run: Any) -> list[dict[str, Any]]:
             }
         )
     base = next((r for r in rows if r["name"] == "base"), None)
+    plain = next((r for r in rows if r["name"] == PLAIN_GRPO), None)
     for r in rows:
         r["vs_base"] = versus(base, r) if base is not None and r is not base else None
+        # The paper's comparison: TRACE's policies against plain GRPO at the same rollouts.
+        trace_policy = r["name"] in COMPOSITIONS or r["name"].startswith("adapter:")
+        r["vs_plain_grpo"] = versus(plain, r) if plain is not None and trace_policy else None
     return rows
 
 
@@ -102,6 +107,18 @@ def closing_summary(run: Any) -> list[str]:
             v = r["vs_base"]
             line += f"  vs base {v['diff']:+.0%} [{v['lo']:+.0%}, {v['hi']:+.0%}]: {v['verdict']}"
         lines.append(line)
+    plain = run.output("train").get("plain_grpo")
+    against = [r for r in rows if r["vs_plain_grpo"]]
+    if plain and against:
+        lines.append(
+            f"TRACE against plain GRPO on the target, both at {plain['rollouts']} rollouts:"
+        )
+        for r in against:
+            v = r["vs_plain_grpo"]
+            lines.append(
+                f"  {r['name']:<32} {v['diff']:+.0%} [{v['lo']:+.0%}, {v['hi']:+.0%}]: "
+                + {"improved": "better", "worse": "worse"}.get(v["verdict"], v["verdict"])
+            )
     return lines
 
 
@@ -162,6 +179,16 @@ def _synthesized(run: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _plain_grpo(run: Any) -> dict[str, Any] | None:
+    """The plain-GRPO baseline's run, shown beside the adapters it is matched against."""
+    plain = run.output("train").get("plain_grpo")
+    if not plain:
+        return None
+    log = Path(plain["adapter"]).parent / "training_log.jsonl"
+    return {**plain, **_rollouts(log), "adapter": _rel(run, plain["adapter"]),
+            "log": _rel(run, log)}  # fmt: skip
+
+
 def build_context(run: Any) -> dict[str, Any]:
     cfg = run.config
     analysis = _read_json(run.path("diagnose", "analysis.json")) or {}
@@ -200,6 +227,7 @@ def build_context(run: Any) -> dict[str, Any]:
             }
             for cap, info in adapters.items()
         ],
+        "plain_grpo": _plain_grpo(run),
         "policies": rows,
         "chart": _chart(rows),
         "cap_table": _capability_table(rows),

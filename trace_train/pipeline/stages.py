@@ -26,6 +26,7 @@ Run folder::
                          one module per environment, synthesis/<capability>.json records)
     synthesize/          requests/<capability>.json when no LLM writes them here
     train/<capability>/  one GRPO run each: adapter/, training_log.jsonl, checkpoints/
+    plain-grpo/          with ``plain_grpo``: GRPO on the target itself, the adapters' rollouts
     compose/routed/  compose/moe/
     evaluate/<policy>/   episodes.jsonl, summary.json on the held-out split
     rediagnose/<policy>/ the same diagnosis of each policy's held-out episodes;
@@ -41,14 +42,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from trace_train.config import GRPORunConfig
 
 Say = Callable[[str], None]
 """Where a stage reports progress (``print`` on the console, a list in tests)."""
 
 COMPOSITIONS = ("routed", "moe")
+PLAIN_GRPO = "plain-grpo"
+"""Policy name (and run subfolder) of the plain-GRPO baseline on the target."""
 MODEL_POLICY_KINDS = ("hf", "embedded", "moe", "routed", "litellm")
 """Policy-spec prefixes of model policies (the rest are scripted trace_gym agents)."""
 
@@ -101,6 +107,10 @@ class PipelineConfig:
     """Attempts per capability; each rejected attempt's failing gates go back to the model."""
     max_adapters: int = 2
     """Train at most this many adapters (the selected capabilities, in order)."""
+    plain_grpo: bool = False
+    """Also train the paper's baseline: one adapter with plain GRPO on the target's own train
+    split, with as many rollouts as all capability adapters together (same GRPO settings, the
+    steps summed), evaluated as policy ``plain-grpo`` next to the compositions."""
     train: bool = True
     """Train, compose and evaluate; ``false`` stops after diagnosis and environment matching."""
     preset: str = "cpu_smollm2"
@@ -484,7 +494,6 @@ def stage_synthesize(run: Run, say: Say) -> dict[str, Any]:
 
 def stage_train(run: Run, say: Say) -> dict[str, Any]:
     """One GRPO-LoRA adapter per matched capability (each run resumes from its checkpoints)."""
-    from trace_train.config import GRPORunConfig, load_config
     from trace_train.grpo import train as grpo_train
 
     cfg = run.config
@@ -499,22 +508,44 @@ def stage_train(run: Run, say: Say) -> dict[str, Any]:
                 "env_id": item["env_id"],
             }
             continue
-        overrides = {
-            **cfg.grpo,
-            "model": run.base_model,
-            "env_id": item["env_id"],
-            "output_dir": str(out),
-            "difficulty": cfg.difficulty,
-            "tool_prompt": cfg.tool_prompt,
-        }
-        grpo_cfg = load_config(GRPORunConfig, cfg.preset, overrides)
+        grpo_cfg = _grpo_config(run, item["env_id"], out)
         say(f"train: GRPO on {item['env_id']} for {item['capability']} ({grpo_cfg.steps} steps)")
         result = grpo_train(grpo_cfg)
         adapters[item["capability"]] = {
             "adapter": str(result.adapter_dir),
             "env_id": item["env_id"],
         }
-    return {"adapters": adapters}
+    if not (cfg.plain_grpo and adapters):
+        return {"adapters": adapters}
+    return {"adapters": adapters, "plain_grpo": _train_plain_grpo(run, say, len(adapters))}
+
+
+def _train_plain_grpo(run: Run, say: Say, n_adapters: int) -> dict[str, Any]:
+    """Plain GRPO on the target at the rollout budget of all capability adapters together:
+    every adapter runs the same settings, so the same group shape for ``n_adapters`` times
+    the steps spends exactly their rollouts."""
+    from trace_train.grpo import train as grpo_train
+
+    target, out = run.config.target, run.path(PLAIN_GRPO)
+    steps = _grpo_config(run, target, out).steps * n_adapters
+    grpo_cfg = _grpo_config(run, target, out, steps=steps)
+    rollouts = steps * grpo_cfg.groups_per_step * grpo_cfg.group_size
+    record = {"adapter": str(out / "adapter"), "env_id": target, "steps": steps,
+              "rollouts": rollouts}  # fmt: skip
+    if not (out / "adapter" / "adapter_config.json").exists():
+        say(f"train: plain GRPO on the target {target} ({steps} steps, {rollouts} rollouts)")
+        grpo_train(grpo_cfg)
+    return record
+
+
+def _grpo_config(run: Run, env_id: str, out: Path, **extra: Any) -> GRPORunConfig:
+    """The preset's GRPO settings with the run's overrides, for one environment."""
+    from trace_train.config import GRPORunConfig, load_config
+
+    cfg = run.config
+    overrides = {**cfg.grpo, "model": run.base_model, "env_id": env_id, "output_dir": str(out),
+                 "difficulty": cfg.difficulty, "tool_prompt": cfg.tool_prompt, **extra}  # fmt: skip
+    return load_config(GRPORunConfig, cfg.preset, overrides)
 
 
 def stage_compose(run: Run, say: Say) -> dict[str, Any]:
@@ -546,6 +577,9 @@ def policies(run: Run) -> dict[str, str]:
     out = {"base": f"hf:{base}"}
     for cap, info in run.output("train").get("adapters", {}).items():
         out[f"adapter:{cap}"] = f"hf:{base}+adapter:{info['adapter']}"
+    plain = run.output("train").get("plain_grpo")
+    if plain:
+        out[PLAIN_GRPO] = f"hf:{base}+adapter:{plain['adapter']}"
     for kind, folder in run.output("compose").items():
         out[kind] = f"{kind}:{folder}"
     return out
