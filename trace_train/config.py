@@ -241,6 +241,12 @@ class WarmstartConfig(RolloutConfig):
     """AdamW learning rate (supervised LoRA tolerates a far larger one than RL)."""
     batch_size: int = 4
     """Conversations per optimizer step."""
+    micro_batch_size: int = 0
+    """Conversations per forward/backward pass (gradients accumulate over
+    ``batch_size / micro_batch_size`` passes, the same update); 0 = ``batch_size``. Smaller
+    holds fewer activations and pads less: see ``benchmarks/warmstart_memory.py``."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass instead of holding them."""
     max_length: int = 2048
     """Tokens per conversation; longer ones are truncated."""
     seed: int = 0
@@ -264,6 +270,11 @@ class WarmstartConfig(RolloutConfig):
             raise ConfigError(f"demonstrations={self.demonstrations} must be >= 1")
         if self.epochs <= 0 or self.batch_size < 1:
             raise ConfigError(f"epochs={self.epochs}, batch_size={self.batch_size}: must be > 0")
+        micro = self.micro_batch_size or self.batch_size
+        if micro < 1 or self.batch_size % micro:
+            raise ConfigError(
+                f"micro_batch_size={self.micro_batch_size} must divide batch_size={self.batch_size}"
+            )
 
 
 # ---------------------------------------------------------------------------------------------

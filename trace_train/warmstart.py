@@ -148,9 +148,11 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
         _log(log_path, {"event": "eval_before", "step": 0, **before})
 
     # -- 4. supervised LoRA (loss on assistant tokens only) --------------------------------------
+    micro = cfg.micro_batch_size or cfg.batch_size
     args = SFTConfig(
         output_dir=str(ckpt_root),
-        per_device_train_batch_size=cfg.batch_size,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=cfg.batch_size // micro,
         num_train_epochs=cfg.epochs,
         learning_rate=cfg.learning_rate,
         max_length=cfg.max_length,
@@ -162,7 +164,7 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
         report_to="none",
         bf16=cfg.bf16,  # autocast only: the model loaded in float32 above
         use_cpu=not torch.cuda.is_available(),
-        activation_checkpointing=False,  # the old name (gradient_checkpointing) warns
+        activation_checkpointing=cfg.gradient_checkpointing,  # the old name warns
         padding_free=False,
     )
     lora = LoraConfig(

@@ -70,3 +70,41 @@ def test_warmstart_bf16_autocasts_and_keeps_float32_weights(tmp_path, tmp_path_f
     )  # fmt: skip
     train(cfg, callbacks=[Record()])
     assert seen == {"bf16": True, "dtypes": {torch.float32}}
+
+
+def test_micro_batches_and_checkpointing_take_the_same_first_step(tmp_path, tmp_path_factory):
+    """Accumulating two passes of one conversation, or recomputing activations, is the same
+    optimizer step as one pass of two: same loss, same gradient norm."""
+    import pytest
+    from transformers import TrainerCallback
+
+    from trace_train.config import ConfigError
+
+    class Record(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            passes.append((args.per_device_train_batch_size, args.gradient_accumulation_steps,
+                           model.is_gradient_checkpointing))  # fmt: skip
+
+    base = build_env_tiny(tmp_path_factory.getbasetemp())
+    first_steps, passes = [], []
+    for name, variant in (
+        ("batch", {}),
+        ("micro", {"micro_batch_size": 1}),
+        ("checkpointed", {"micro_batch_size": 1, "gradient_checkpointing": True}),
+    ):
+        cfg = WarmstartConfig(
+            model=base, output_dir=str(tmp_path / name), demonstrations=2, epochs=1,
+            batch_size=2, eval_episodes=0, max_turns=6, max_new_tokens=8,
+            max_completion_tokens=200, **variant,
+        )  # fmt: skip
+        result = train(cfg, callbacks=[Record()])
+        lines = [json.loads(x) for x in result.log_path.read_text().splitlines()]
+        first_steps.append(next(x for x in lines if "train/loss" in x))
+    assert passes == [(2, 1, False), (1, 2, False), (1, 2, True)]
+    losses = [x["train/loss"] for x in first_steps]
+    norms = [x["train/grad_norm"] for x in first_steps]
+    assert losses == pytest.approx([losses[0]] * 3, rel=1e-4)
+    assert norms == pytest.approx([norms[0]] * 3, rel=1e-3)
+
+    with pytest.raises(ConfigError, match="must divide batch_size"):
+        WarmstartConfig(model=base, batch_size=4, micro_batch_size=3)
