@@ -44,6 +44,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--demos", type=int, default=128, help="oracle demonstrations (warm start)")
     ap.add_argument("--epochs", type=float, default=2.0, help="warm-start epochs")
     ap.add_argument("--warmstart-lr", type=float, default=4e-4)
+    ap.add_argument(
+        "--init-adapter",
+        help="start GRPO from this LoRA adapter (e.g. a warm-start checkpoint) instead of "
+        "training a warm start",
+    )
     ap.add_argument("--heldout", type=int, default=100, help="held-out tasks, before and after")
     ap.add_argument("--steps", type=int, default=24, help="GRPO optimizer steps")
     ap.add_argument("--group", type=int, default=8, help="rollouts per group (one task)")
@@ -112,6 +117,27 @@ def warm_start(args: argparse.Namespace, run: Path) -> dict:
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
     }
+
+
+def given_adapter(path: str) -> dict:
+    """A warm start trained elsewhere: what its trainer state says about it, if it has one."""
+    if not (Path(path) / "adapter_config.json").is_file():
+        raise SystemExit(
+            f"--init-adapter {path}: no adapter_config.json there (not a LoRA adapter)"
+        )
+    record = {"adapter": path, "seconds": 0.0, "demonstrations": None, "epochs": None,
+              "loss_first": None, "loss_last": None}  # fmt: skip
+    state = Path(path) / "trainer_state.json"
+    if state.is_file():  # a Trainer checkpoint: how far into its schedule it was saved
+        trainer = json.loads(state.read_text())
+        losses = [x["loss"] for x in trainer.get("log_history", []) if "loss" in x]
+        record.update(
+            epochs=trainer.get("epoch"),
+            steps=f"{trainer.get('global_step')} of {trainer.get('max_steps')}",
+            loss_first=losses[0] if losses else None,
+            loss_last=losses[-1] if losses else None,
+        )
+    return record
 
 
 def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str | None) -> dict:
@@ -231,7 +257,11 @@ def main(argv: list[str] | None = None) -> dict:
     run.mkdir(parents=True, exist_ok=True)
     started = time.time()
 
-    ws = phase_done(run, "warmstart") or finish_phase(run, "warmstart", warm_start(args, run))
+    ws = phase_done(run, "warmstart") or finish_phase(
+        run,
+        "warmstart",
+        given_adapter(args.init_adapter) if args.init_adapter else warm_start(args, run),
+    )
     before = phase_done(run, "eval_before") or finish_phase(
         run, "eval_before", held_out(args, run, "eval_before", ws["adapter"])
     )
@@ -297,7 +327,17 @@ def main(argv: list[str] | None = None) -> dict:
         "grpo_learning_rate": args.grpo_lr,
         "rollout_temperature": args.temperature,
         "warmstart": {
-            k: ws[k] for k in ("demonstrations", "epochs", "seconds", "loss_first", "loss_last")
+            k: ws[k]
+            for k in (
+                "adapter",
+                "demonstrations",
+                "epochs",
+                "steps",
+                "seconds",
+                "loss_first",
+                "loss_last",
+            )
+            if k in ws
         },
         "phase_seconds": {
             "warmstart": ws["seconds"],

@@ -61,3 +61,18 @@ def test_learning_benchmark_runs_every_phase_and_resumes(tmp_path, tmp_path_fact
     assert {p.name: p.read_text() for p in run.glob("*.done.json") if p.name in markers} == markers
     for phase in ("eval_before", "eval_base"):
         assert len((run / f"{phase}.episodes.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_given_warm_start_is_described_from_its_trainer_state(tmp_path):
+    import pytest
+
+    bench = load_benchmark()
+    with pytest.raises(SystemExit, match="no adapter_config.json"):
+        bench.given_adapter(str(tmp_path))
+    (tmp_path / "adapter_config.json").write_text("{}")
+    state = {"epoch": 0.75, "global_step": 24, "max_steps": 64,
+             "log_history": [{"loss": 1.1}, {"loss": 0.16}, {"train_runtime": 9.0}]}  # fmt: skip
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    record = bench.given_adapter(str(tmp_path))
+    assert record["adapter"] == str(tmp_path) and record["steps"] == "24 of 64"
+    assert record["epochs"] == 0.75 and (record["loss_first"], record["loss_last"]) == (1.1, 0.16)
