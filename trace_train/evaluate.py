@@ -16,20 +16,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from trace_diagnose.stats import Z95, wilson
 from trace_train.config import EvalConfig
 from trace_train.rollout import EpisodeSpec
-
-Z95 = 1.959963984540054
-
-
-def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion (sound at 0 and n successes)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -50,7 +39,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "episodes": n,
         "success_rate": wins / n if n else 0.0,
-        "success_ci95": list(wilson(wins, n)),
+        "success_ci95": list(wilson(wins, n) or (0.0, 1.0)),  # no episodes: no information
         "mean_reward": mean,
         "mean_reward_ci95": [mean - half, mean + half],
         "mean_turns": statistics.fmean(r["turns"] for r in records) if records else 0.0,
