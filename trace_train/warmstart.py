@@ -76,7 +76,7 @@ def demonstrations(cfg: WarmstartConfig, fmt: ChatFormat) -> list[dict[str, list
     import gymnasium as gym
 
     generate, state = oracle_generate(fmt)
-    rows = []
+    rows, prompt_lengths = [], []
     for spec in demonstration_specs(cfg):
         env = gym.make(spec.env_id, disable_env_checker=True, **cfg.env_kwargs)
         env.reset(seed=spec.task_seed, options={"difficulty": spec.difficulty, "split": "train"})
@@ -98,11 +98,19 @@ def demonstrations(cfg: WarmstartConfig, fmt: ChatFormat) -> list[dict[str, list
             continue
         ids = (rollout.prompt_ids + rollout.completion_ids)[: cfg.max_length]
         mask = ([0] * len(rollout.prompt_ids) + rollout.env_mask)[: cfg.max_length]
-        rows.append({"input_ids": ids, "assistant_masks": mask})
+        prompt_lengths.append(len(rollout.prompt_ids))
+        if any(mask):  # truncation may leave nothing to learn from
+            rows.append({"input_ids": ids, "assistant_masks": mask})
+    if not prompt_lengths:
+        raise RuntimeError(
+            f"no oracle demonstration of {cfg.env_id} succeeded within max_turns={cfg.max_turns} "
+            f"and max_length={cfg.max_length} tokens of conversation; raise them"
+        )
     if not rows:
         raise RuntimeError(
-            f"no oracle demonstration of {cfg.env_id} succeeded within max_turns={cfg.max_turns}; "
-            "raise max_turns"
+            f"every oracle demonstration of {cfg.env_id} is cut off before its first assistant "
+            f"turn: the prompts are {min(prompt_lengths)}-{max(prompt_lengths)} tokens and "
+            f"max_length={cfg.max_length}; raise max_length or use tool_prompt: compact"
         )
     return rows
 

@@ -108,3 +108,15 @@ def test_micro_batches_and_checkpointing_take_the_same_first_step(tmp_path, tmp_
 
     with pytest.raises(ConfigError, match="must divide batch_size"):
         WarmstartConfig(model=base, batch_size=4, micro_batch_size=3)
+
+
+def test_demonstrations_cut_before_any_assistant_turn_are_a_clear_error(tmp_path_factory):
+    import pytest
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(build_env_tiny(tmp_path_factory.getbasetemp()))
+    cfg = WarmstartConfig(model="unused", demonstrations=2, max_turns=8, max_length=600)
+    with pytest.raises(
+        RuntimeError, match=r"cut off before its first assistant turn.*max_length=600"
+    ):
+        demonstrations(cfg, ChatFormat(tok))
