@@ -248,7 +248,7 @@ def held_out_eval(cfg: GRPORunConfig | Any, model: Any, tokenizer: Any, n: int) 
 # ---------------------------------------------------------------------------------------------
 def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
     """Train one LoRA adapter on ``cfg.env_id`` with GRPO; resumable (see module docstring)."""
-    from trace_train.quiet import quiet, silence_trl_notices
+    from trace_train.quiet import quiet, silence_trl_notices, step_bar_only
 
     silence_trl_notices()
     from datasets import Dataset
@@ -296,6 +296,7 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
             callbacks=[TrainingLog(log_path, stats), *(callbacks or [])],
         )
     time_backward(trainer, stats)
+    step_bar_only(trainer)
     policy = trainer.model
     if cfg.eval_episodes and not resume_from:
         _log_line(

@@ -117,7 +117,7 @@ def demonstrations(cfg: WarmstartConfig, fmt: ChatFormat) -> list[dict[str, list
 
 def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResult:
     """Supervised LoRA on oracle demonstrations; resumable; returns the adapter folder."""
-    from trace_train.quiet import quiet, silence_trl_notices
+    from trace_train.quiet import quiet, silence_trl_notices, step_bar_only
 
     silence_trl_notices()
     import torch
@@ -193,6 +193,7 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
             callbacks=[TrainingLog(log_path, stats), *(callbacks or [])],
         )
     time_backward(trainer, stats)
+    step_bar_only(trainer)
     started = time.time()
     with quiet():  # the trainer's step progress bar stays
         trainer.train(resume_from_checkpoint=resume_from)

@@ -56,3 +56,34 @@ def test_quiet_silences_library_chatter_and_restores_settings():
     assert [str(w.message) for w in caught] == ["ours, after the block"]
     assert hf_logging.is_progress_bar_enabled()
     assert logging.getLogger("transformers").level == level
+
+
+WARMSTART = """
+import sys
+from trace_train.config import WarmstartConfig
+from trace_train.warmstart import train
+train(WarmstartConfig(model=sys.argv[1], output_dir=sys.argv[2], demonstrations=2, epochs=1,
+                      batch_size=2, eval_episodes=0, max_turns=6, max_new_tokens=8,
+                      max_completion_tokens=200))
+"""
+
+
+def test_training_shows_its_step_bar_and_nothing_else(tmp_path, tmp_path_factory):
+    """No dataset-preparation bars, no metrics dictionary printed at every step: one bar."""
+    from tests.train.envtiny import build_env_tiny
+
+    model = build_env_tiny(tmp_path_factory.getbasetemp())
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run(
+        [sys.executable, "-c", WARMSTART, model, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    console = done.stdout + done.stderr
+    assert "1/1" in console  # the trainer's step bar
+    for chatter in ("Building labels", "Truncating", "'loss'", "train_runtime", "Warning"):
+        assert chatter not in console, console
