@@ -198,7 +198,6 @@ def grpo_phase(args: argparse.Namespace, run: Path, adapter: str) -> dict:
         save_steps=2,
         eval_episodes=0,
     )
-    started = time.time()
     result = grpo.train(cfg)
     lines = [json.loads(x) for x in result.log_path.read_text().splitlines()]
     steps = [x for x in lines if "event" not in x]
@@ -206,7 +205,8 @@ def grpo_phase(args: argparse.Namespace, run: Path, adapter: str) -> dict:
             "group/informative_share", "rollouts/total", "time/step_seconds")  # fmt: skip
     return {
         "adapter": str(result.adapter_dir),
-        "seconds": round(time.time() - started, 1),
+        # summed over the steps, so that a run resumed from a checkpoint counts them all
+        "seconds": round(sum(x.get("time/step_seconds", 0.0) for x in steps), 1),
         "steps": result.global_step,
         "rollouts": steps[-1].get("rollouts/total", 0) if steps else 0,
         "log": [{k: x[k] for k in keep if k in x} for x in steps],
@@ -228,13 +228,13 @@ def plot(report: dict, path: Path) -> None:
     )
     ax.plot(steps, [x.get("env/success_no_hint") for x in log], ".-", alpha=0.6,
             label="train success (unhinted)")  # fmt: skip
-    for step, key, colour in (
-        (0, "before", "tab:red"),
-        (report["grpo_steps"], "after", "tab:green"),
+    for step, key, colour, when in (
+        (0, "before", "tab:red", "of the warm start (GRPO's start)"),
+        (report["grpo_steps"], "after", "tab:green", "after GRPO"),
     ):
         p, (lo, hi) = report[f"{key}_success_rate"], report[f"{key}_success_ci95"]
         ax.errorbar([step], [p], yerr=[[max(0.0, p - lo)], [max(0.0, hi - p)]], fmt="s", color=colour, capsize=4,
-                    label=f"held-out success {key} ({report['heldout_tasks']} tasks, 95 % CI)")  # fmt: skip
+                    label=f"held-out success {when} ({report['heldout_tasks']} tasks, 95 % CI)")  # fmt: skip
     if "base_successes" in report:
         ax.axhline(report["base_successes"] / report["heldout_tasks"], ls="--", color="grey",
                    label="held-out success of the untrained model")  # fmt: skip
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
-    from trace_diagnose.stats import newcombe, wilson
+    from trace_diagnose.stats import newcombe, newcombe_paired, wilson
 
     run = Path(args.run_dir)
     run.mkdir(parents=True, exist_ok=True)
@@ -282,14 +282,26 @@ def main(argv: list[str] | None = None) -> dict:
     def compare(first: dict, then: dict) -> dict:
         lo, hi = newcombe(then["successes"], n, first["successes"], n)
         pairs = list(zip(first["per_task_success"], then["per_task_success"], strict=True))
+        gained, lost = sum(a < b for a, b in pairs), sum(a > b for a, b in pairs)
+        kept = sum(a and b for a, b in pairs)
+        # The same tasks before and after: the paired interval uses that (the unpaired one
+        # treats them as two samples and is wider).
+        paired_lo, paired_hi = newcombe_paired(kept, gained, lost, n - kept - gained - lost)
         return {
             "gain": (then["successes"] - first["successes"]) / n,
             "ci95_newcombe": [round(lo, 4), round(hi, 4)],
             "excludes_zero": lo > 0 or hi < 0,
-            "failed_then_solved": sum(a < b for a, b in pairs),
-            "solved_then_failed": sum(a > b for a, b in pairs),
+            "ci95_paired_newcombe": [round(paired_lo, 4), round(paired_hi, 4)],
+            "paired_excludes_zero": paired_lo > 0 or paired_hi < 0,
+            "failed_then_solved": gained,
+            "solved_then_failed": lost,
         }
 
+    comparisons = {
+        "grpo_vs_warmstart": compare(before, after),
+        "warmstart_vs_base": compare(base, before),
+        "trained_vs_base": compare(base, after),
+    }
     report = {
         "env_id": ENV_ID,
         "difficulty": args.difficulty,
@@ -306,6 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
         "gain": (k1 - k0) / n,
         "gain_ci95_newcombe": [round(diff_lo, 4), round(diff_hi, 4)],
         "gain_is_real": diff_lo > 0,
+        "gain_ci95_paired_newcombe": comparisons["grpo_vs_warmstart"]["ci95_paired_newcombe"],
         "failed_checks": {
             "base": base.get("failed_checks"),
             "before": before.get("failed_checks"),
@@ -315,11 +328,7 @@ def main(argv: list[str] | None = None) -> dict:
         "after_mean_reward": after["mean_reward"],
         "base_successes": base["successes"],
         "base_success_ci95": list(wilson(base["successes"], n)),
-        "comparisons": {
-            "grpo_vs_warmstart": compare(before, after),
-            "warmstart_vs_base": compare(base, before),
-            "trained_vs_base": compare(base, after),
-        },
+        "comparisons": comparisons,
         "rollouts": rl["rollouts"],
         "grpo_steps": rl["steps"],
         "group_size": args.group,

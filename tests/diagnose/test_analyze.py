@@ -12,7 +12,14 @@ from trace_diagnose.errors import ConfigError
 from trace_diagnose.ingest import ingest
 from trace_diagnose.label import labels_from_ground_truth
 from trace_diagnose.schema import LabelRun
-from trace_diagnose.stats import benjamini_hochberg, cohen_kappa, fisher_greater, newcombe, wilson
+from trace_diagnose.stats import (
+    benjamini_hochberg,
+    cohen_kappa,
+    fisher_greater,
+    newcombe,
+    newcombe_paired,
+    wilson,
+)
 
 from .paths import FIXTURES, TRACE_SELECTION, need
 
@@ -176,6 +183,9 @@ def test_stats_against_hand_values():
     assert (round(lo, 4), round(hi, 4)) == (0.4902, 0.9433)  # Newcombe (1998) table I
     lo, hi = newcombe(56, 70, 48, 80)  # Newcombe (1998) example: 0.0524 to 0.3339
     assert (round(lo, 4), round(hi, 4)) == (0.0524, 0.3339)
+    lo, hi = newcombe_paired(36, 12, 2, 0)  # Newcombe (1998b) example: 0.0569 to 0.3404
+    assert (round(lo, 4), round(hi, 4)) == (0.0569, 0.3404)
+    assert newcombe_paired(0, 0, 0, 0) is None
     assert fisher_greater(3, 1, 1, 3) == pytest.approx(17 / 70)
     assert benjamini_hochberg([0.01, 0.04, 0.03, None]) == [0.03, 0.04, 0.04, None]
     assert cohen_kappa(["a", "a", "b", "b"], ["a", "b", "b", "b"]) == pytest.approx(0.5)
