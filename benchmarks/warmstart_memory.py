@@ -11,7 +11,7 @@ peak resident memory is its own):
 - ``gradient_checkpointing``: recompute each layer's activations in the backward pass;
 - both.
 
-    OMP_NUM_THREADS=2 python benchmarks/warmstart_memory.py     # ~15 min on 2 cores
+    OMP_NUM_THREADS=2 python benchmarks/warmstart_memory.py     # ~12 min on 2 cores
 
 Writes ``benchmarks/results/warmstart_memory.json``: per variant, peak resident memory,
 seconds per optimizer step and training tokens per second, and each as a ratio to the
@@ -36,7 +36,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 RESULTS = Path(__file__).parent / "results"
 VARIANTS = {
-    "batch 4 (old default)": {},
+    "batch 4 (the old default)": {},
     "micro-batch 1 x 4": {"micro_batch_size": 1},
     "batch 4 + gradient checkpointing": {"gradient_checkpointing": True},
     "micro-batch 1 x 4 + gradient checkpointing": {
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
         "variants": rows,
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/warmstart_memory.py "
-        + shlex.join(sys.argv[1:] if argv is None else argv),
+        + shlex.join(sys.argv[1:] if argv is None else argv).strip(),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -241,10 +241,12 @@ class WarmstartConfig(RolloutConfig):
     """AdamW learning rate (supervised LoRA tolerates a far larger one than RL)."""
     batch_size: int = 4
     """Conversations per optimizer step."""
-    micro_batch_size: int = 0
+    micro_batch_size: int = 1
     """Conversations per forward/backward pass (gradients accumulate over
-    ``batch_size / micro_batch_size`` passes, the same update); 0 = ``batch_size``. Smaller
-    holds fewer activations and pads less: see ``benchmarks/warmstart_memory.py``."""
+    ``batch_size / micro_batch_size`` passes: the same update); 0 = ``batch_size``. One at a
+    time holds one conversation's activations and pads nothing: 0.37x the peak memory and
+    1.65x the speed of whole batches of 4 on a 2-core CPU (``benchmarks/warmstart_memory.py``);
+    on a GPU, whole batches use its parallelism."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass instead of holding them."""
     max_length: int = 2048

@@ -88,8 +88,8 @@ def test_micro_batches_and_checkpointing_take_the_same_first_step(tmp_path, tmp_
     base = build_env_tiny(tmp_path_factory.getbasetemp())
     first_steps, passes = [], []
     for name, variant in (
-        ("batch", {}),
-        ("micro", {"micro_batch_size": 1}),
+        ("batch", {"micro_batch_size": 0}),  # 0: the whole batch in one pass
+        ("micro", {}),  # the default: one conversation per pass
         ("checkpointed", {"micro_batch_size": 1, "gradient_checkpointing": True}),
     ):
         cfg = WarmstartConfig(
