@@ -66,7 +66,8 @@ def step_bar_only(trainer) -> None:  # noqa: ANN001
     class StepBar(ProgressCallback):
         def on_log(self, args, state, control, logs=None, **kwargs) -> None:  # noqa: ANN001
             if self.training_bar is not None and logs:
-                shown = {k: f"{logs[k]:.3g}" for k in ("loss", "reward") if k in logs}
+                shown = {k: f"{logs[k]:.3g}" for k in ("loss", "reward")
+                         if isinstance(logs.get(k), int | float)}  # fmt: skip
                 self.training_bar.set_postfix(shown, refresh=False)
 
     trainer.remove_callback(PrinterCallback)
