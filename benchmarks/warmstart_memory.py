@@ -97,7 +97,7 @@ def training_tokens(args: argparse.Namespace) -> list[int]:
     from trace_train.rollout import ChatFormat
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model))
-    rows = warmstart.demonstrations(config(args, "unused"), ChatFormat(tokenizer))
+    rows = warmstart.supervised_demonstrations(config(args, "unused"), ChatFormat(tokenizer))
     return [len(r["input_ids"]) for r in rows]
 
 

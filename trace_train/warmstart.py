@@ -76,7 +76,7 @@ def demonstrations(cfg: WarmstartConfig, fmt: ChatFormat) -> list[dict[str, list
     import gymnasium as gym
 
     generate, state = oracle_generate(fmt)
-    rows, prompt_lengths = [], []
+    rows = []
     for spec in demonstration_specs(cfg):
         env = gym.make(spec.env_id, disable_env_checker=True, **cfg.env_kwargs)
         env.reset(seed=spec.task_seed, options={"difficulty": spec.difficulty, "split": "train"})
@@ -98,19 +98,24 @@ def demonstrations(cfg: WarmstartConfig, fmt: ChatFormat) -> list[dict[str, list
             continue
         ids = (rollout.prompt_ids + rollout.completion_ids)[: cfg.max_length]
         mask = ([0] * len(rollout.prompt_ids) + rollout.env_mask)[: cfg.max_length]
-        prompt_lengths.append(len(rollout.prompt_ids))
-        if any(mask):  # truncation may leave nothing to learn from
-            rows.append({"input_ids": ids, "assistant_masks": mask})
-    if not prompt_lengths:
+        rows.append({"input_ids": ids, "assistant_masks": mask})
+    if not rows:
         raise RuntimeError(
             f"no oracle demonstration of {cfg.env_id} succeeded within max_turns={cfg.max_turns} "
             f"and max_length={cfg.max_length} tokens of conversation; raise them"
         )
+    return rows
+
+
+def supervised_demonstrations(cfg: WarmstartConfig, fmt: ChatFormat) -> list[dict[str, list[int]]]:
+    """The demonstrations the warm start can learn from: those with an assistant token left
+    after truncation to ``max_length`` (the router's training uses all of them)."""
+    rows = [row for row in demonstrations(cfg, fmt) if any(row["assistant_masks"])]
     if not rows:
         raise RuntimeError(
             f"every oracle demonstration of {cfg.env_id} is cut off before its first assistant "
-            f"turn: the prompts are {min(prompt_lengths)}-{max(prompt_lengths)} tokens and "
-            f"max_length={cfg.max_length}; raise max_length or use tool_prompt: compact"
+            f"turn by max_length={cfg.max_length} tokens; raise max_length or use "
+            "tool_prompt: compact"
         )
     return rows
 
@@ -148,7 +153,7 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    dataset = Dataset.from_list(demonstrations(cfg, ChatFormat(tokenizer)))
+    dataset = Dataset.from_list(supervised_demonstrations(cfg, ChatFormat(tokenizer)))
 
     # -- 3. held-out success of the base model ---------------------------------------------------
     before = evaluate_model(model, tokenizer, cfg, cfg.eval_episodes) if cfg.eval_episodes else {}

@@ -9,7 +9,7 @@ import torch
 from tests.train.envtiny import build_env_tiny
 from trace_train.config import WarmstartConfig
 from trace_train.rollout import ChatFormat
-from trace_train.warmstart import demonstrations, train
+from trace_train.warmstart import demonstrations, supervised_demonstrations, train
 
 
 def test_demonstrations_mask_environment_tokens(tmp_path_factory):
@@ -117,6 +117,8 @@ def test_demonstrations_cut_before_any_assistant_turn_are_a_clear_error(tmp_path
     tok = AutoTokenizer.from_pretrained(build_env_tiny(tmp_path_factory.getbasetemp()))
     cfg = WarmstartConfig(model="unused", demonstrations=2, max_turns=8, max_length=600)
     with pytest.raises(
-        RuntimeError, match=r"cut off before its first assistant turn.*max_length=600"
+        RuntimeError, match=r"cut off before its first assistant turn by max_length=600"
     ):
-        demonstrations(cfg, ChatFormat(tok))
+        supervised_demonstrations(cfg, ChatFormat(tok))
+    rows = demonstrations(cfg, ChatFormat(tok))  # all of them, for the router's training
+    assert rows and not any(any(row["assistant_masks"]) for row in rows)
