@@ -50,6 +50,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "training a warm start",
     )
     ap.add_argument("--heldout", type=int, default=100, help="held-out tasks, before and after")
+    ap.add_argument(
+        "--heldout-first-seed",
+        type=int,
+        default=0,
+        help="first eval-split seed of the held-out tasks (a confirmation run takes seeds no "
+        "earlier run has been judged on)",
+    )
+    ap.add_argument(
+        "--skip-base",
+        action="store_true",
+        help="do not evaluate the untrained model (the slowest phase: it writes prose to the "
+        "token limit every turn)",
+    )
     ap.add_argument("--steps", type=int, default=24, help="GRPO optimizer steps")
     ap.add_argument("--group", type=int, default=8, help="rollouts per group (one task)")
     ap.add_argument("--groups-per-step", type=int, default=1)
@@ -140,9 +153,29 @@ def given_adapter(path: str) -> dict:
     return record
 
 
+def heldout_seeds(args: argparse.Namespace) -> range:
+    return range(args.heldout_first_seed, args.heldout_first_seed + args.heldout)
+
+
+def evaluation(args: argparse.Namespace, run: Path, name: str, adapter: str | None) -> dict:
+    """The evaluation phase ``name``: finished, continued or run. Episodes already written for
+    other held-out seeds (an earlier run in the same folder) are refused, not mixed in."""
+    path, seeds = run / f"{name}.episodes.jsonl", heldout_seeds(args)
+    written = [json.loads(x)["seed"] for x in path.read_text().splitlines()] if path.exists() else []  # fmt: skip
+    if written != list(seeds[: len(written)]) or len(written) > len(seeds):
+        raise SystemExit(
+            f"{path}: its episodes are not for seeds {seeds.start}..{seeds.stop - 1} "
+            "(--heldout-first-seed, --heldout); use another --run-dir for other held-out seeds"
+        )
+    finished = phase_done(run, name)
+    if finished and finished["tasks"] == len(seeds):
+        return finished
+    return finish_phase(run, name, held_out(args, run, name, adapter))  # continues, or extends
+
+
 def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str | None) -> dict:
-    """Greedy episodes on eval-split seeds 0..N-1; episodes are appended as they finish, so a
-    rerun continues after the last one written."""
+    """Greedy episodes on ``--heldout`` eval-split seeds from ``--heldout-first-seed``; episodes
+    are appended as they finish, so a rerun continues after the last one written."""
     from tqdm.auto import tqdm
 
     from trace_train.policies import ModelPolicy, PlaySettings, load_hf
@@ -157,17 +190,19 @@ def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str | None
     )  # fmt: skip
     path = run / f"{name}.episodes.jsonl"
     done = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-    specs = [EpisodeSpec(ENV_ID, i, args.difficulty, "eval") for i in range(args.heldout)]
-    started = time.time()
+    specs = [EpisodeSpec(ENV_ID, i, args.difficulty, "eval") for i in heldout_seeds(args)]
     with tqdm(total=len(specs), initial=len(done), desc=name) as bar:
         for i in range(len(done), len(specs), 8):
+            batch_started = time.time()
             records = policy.play(specs[i : i + 8], settings)
+            seconds_each = (time.time() - batch_started) / max(1, len(records))
             with open(path, "a", encoding="utf-8") as fh:
                 for r in records:
                     checks = (r.get("verification") or {}).get("checks", [])
                     row = {"seed": r["task_seed"], "success": bool(r["is_success"]),
                            "reward": float(r["final_reward"]), "turns": r["turns"],
-                           "failed_checks": [c["name"] for c in checks if not c["passed"]]}  # fmt: skip
+                           "failed_checks": [c["name"] for c in checks if not c["passed"]],
+                           "seconds": round(seconds_each, 2)}  # fmt: skip
                     fh.write(json.dumps(row) + "\n")
                     done.append(row)
             bar.update(len(records))
@@ -175,7 +210,8 @@ def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str | None
         "tasks": len(done),
         "successes": sum(r["success"] for r in done),
         "mean_reward": round(sum(r["reward"] for r in done) / max(1, len(done)), 4),
-        "seconds": round(time.time() - started, 1),
+        # summed over the episodes, so that an evaluation resumed or extended counts them all
+        "seconds": round(sum(r.get("seconds", 0.0) for r in done), 1),
         "per_task_success": [int(r["success"]) for r in done],
         "failed_checks": dict(Counter(c for r in done for c in r.get("failed_checks", []))),
     }
@@ -262,22 +298,16 @@ def main(argv: list[str] | None = None) -> dict:
         "warmstart",
         given_adapter(args.init_adapter) if args.init_adapter else warm_start(args, run),
     )
-    before = phase_done(run, "eval_before") or finish_phase(
-        run, "eval_before", held_out(args, run, "eval_before", ws["adapter"])
-    )
+    before = evaluation(args, run, "eval_before", ws["adapter"])
     rl = phase_done(run, "grpo") or finish_phase(run, "grpo", grpo_phase(args, run, ws["adapter"]))
-    after = phase_done(run, "eval_after") or finish_phase(
-        run, "eval_after", held_out(args, run, "eval_after", rl["adapter"])
-    )
+    after = evaluation(args, run, "eval_after", rl["adapter"])
     # The untrained model on the same tasks: last, as the slowest to play (it writes prose to
     # the token limit every turn), and what both trainings together are measured against.
-    base = phase_done(run, "eval_base") or finish_phase(
-        run, "eval_base", held_out(args, run, "eval_base", None)
-    )
+    base = None if args.skip_base else evaluation(args, run, "eval_base", None)
 
     n, k0, k1 = args.heldout, before["successes"], after["successes"]
     diff_lo, diff_hi = newcombe(k1, n, k0, n)
-    phase_seconds = sum(x["seconds"] for x in (ws, before, rl, after, base))
+    phase_seconds = sum(x["seconds"] for x in (ws, before, rl, after, base) if x)
 
     def compare(first: dict, then: dict) -> dict:
         lo, hi = newcombe(then["successes"], n, first["successes"], n)
@@ -297,17 +327,16 @@ def main(argv: list[str] | None = None) -> dict:
             "solved_then_failed": lost,
         }
 
-    comparisons = {
-        "grpo_vs_warmstart": compare(before, after),
-        "warmstart_vs_base": compare(base, before),
-        "trained_vs_base": compare(base, after),
-    }
+    comparisons = {"grpo_vs_warmstart": compare(before, after)}
+    if base:
+        comparisons.update(warmstart_vs_base=compare(base, before), trained_vs_base=compare(base, after))  # fmt: skip
+    first = args.heldout_first_seed
     report = {
         "env_id": ENV_ID,
         "difficulty": args.difficulty,
         "model": "SmolLM2-135M-Instruct (embedded)" if args.model == "embedded" else args.model,
         "heldout_tasks": n,
-        "heldout_split": f"eval, seeds 0..{n - 1}, greedy",
+        "heldout_split": f"eval, seeds {first}..{first + n - 1}, greedy",
         "before": "the warm-started adapter (GRPO's start); after: the same adapter after GRPO",
         "before_successes": k0,
         "after_successes": k1,
@@ -320,14 +349,20 @@ def main(argv: list[str] | None = None) -> dict:
         "gain_is_real": diff_lo > 0,
         "gain_ci95_paired_newcombe": comparisons["grpo_vs_warmstart"]["ci95_paired_newcombe"],
         "failed_checks": {
-            "base": base.get("failed_checks"),
+            "base": base.get("failed_checks") if base else None,
             "before": before.get("failed_checks"),
             "after": after.get("failed_checks"),
         },
         "before_mean_reward": before["mean_reward"],
         "after_mean_reward": after["mean_reward"],
-        "base_successes": base["successes"],
-        "base_success_ci95": list(wilson(base["successes"], n)),
+        **(
+            {
+                "base_successes": base["successes"],
+                "base_success_ci95": list(wilson(base["successes"], n)),
+            }  # fmt: skip
+            if base
+            else {}
+        ),
         "comparisons": comparisons,
         "rollouts": rl["rollouts"],
         "grpo_steps": rl["steps"],
@@ -353,7 +388,7 @@ def main(argv: list[str] | None = None) -> dict:
             "eval_before": before["seconds"],
             "grpo": rl["seconds"],
             "eval_after": after["seconds"],
-            "eval_base": base["seconds"],
+            "eval_base": base["seconds"] if base else None,
         },  # fmt: skip
         "wall_seconds": round(phase_seconds, 1),
         "threads": args.threads,

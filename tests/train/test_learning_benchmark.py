@@ -21,6 +21,8 @@ def load_benchmark():  # noqa: ANN201
 
 
 def test_learning_benchmark_runs_every_phase_and_resumes(tmp_path, tmp_path_factory):
+    import pytest
+
     bench = load_benchmark()
     model = build_env_tiny(tmp_path_factory.getbasetemp())
     run, out = tmp_path / "run", tmp_path / "results" / "learning.json"
@@ -57,10 +59,36 @@ def test_learning_benchmark_runs_every_phase_and_resumes(tmp_path, tmp_path_fact
     (run / "eval_after.done.json").unlink()
     markers = {p.name: p.read_text() for p in run.glob("*.done.json")}
     bench.main(argv)
-    assert episodes.read_text().splitlines() == first
+
+    def untimed(lines: list[str]) -> list[dict]:
+        return [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in lines]
+
+    assert untimed(episodes.read_text().splitlines()) == untimed(first)
     assert {p.name: p.read_text() for p in run.glob("*.done.json") if p.name in markers} == markers
     for phase in ("eval_before", "eval_base"):
         assert len((run / f"{phase}.episodes.jsonl").read_text().splitlines()) == 3
+
+    # A confirmation run: the same warm start, held-out seeds no earlier run was judged on,
+    # the untrained model skipped. Other seeds in the old run folder are refused, not mixed.
+    other_seeds = ["--heldout-first-seed", "5", "--skip-base"]
+    with pytest.raises(SystemExit, match="not for seeds 5..7"):
+        bench.main([*argv, *other_seeds])
+    confirm = tmp_path / "confirm"
+    argv = [*argv, *other_seeds, "--init-adapter", saved["warmstart"]["adapter"],
+            "--run-dir", str(confirm), "--out", str(tmp_path / "confirm.json")]  # fmt: skip
+    report = bench.main(argv)
+    seeds = [json.loads(x)["seed"] for x in (confirm / "eval_after.episodes.jsonl").open()]
+    assert seeds == [5, 6, 7] and report["heldout_split"] == "eval, seeds 5..7, greedy"
+    assert set(report["comparisons"]) == {"grpo_vs_warmstart"} and "base_successes" not in report
+    assert report["phase_seconds"]["eval_base"] is None
+    assert not (confirm / "eval_base.episodes.jsonl").exists()
+
+    # More held-out tasks later: the finished evaluations are extended, not rerun.
+    kept = (confirm / "eval_after.episodes.jsonl").read_text().splitlines()
+    report = bench.main([*argv, "--heldout", "4"])
+    grown = (confirm / "eval_after.episodes.jsonl").read_text().splitlines()
+    assert grown[:3] == kept and json.loads(grown[3])["seed"] == 8
+    assert report["heldout_tasks"] == 4 and report["grpo_steps"] == 1
 
 
 def test_a_given_warm_start_is_described_from_its_trainer_state(tmp_path):
