@@ -56,8 +56,11 @@ def episode_specs(env_id: str, cfg: EvalConfig) -> list[EpisodeSpec]:
     ]
 
 
-def evaluate(cfg: EvalConfig, policy: Any = None, progress: bool = True) -> dict[str, Any]:
-    """Run ``cfg.policy`` (or an already built ``policy``) and write the outputs."""
+def evaluate(
+    cfg: EvalConfig, policy: Any = None, progress: bool = True, label: str | None = None
+) -> dict[str, Any]:
+    """Run ``cfg.policy`` (or an already built ``policy``) and write the outputs; the progress
+    bar says ``eval <label>`` (default: the policy's name, which includes its paths)."""
     from tqdm.auto import tqdm
 
     import trace_gym
@@ -91,7 +94,9 @@ def evaluate(cfg: EvalConfig, policy: Any = None, progress: bool = True) -> dict
         "envs": {},
     }
     all_records = []
-    bar = tqdm(total=cfg.episodes * len(env_ids), desc=f"eval {policy.name}", disable=not progress)
+    bar = tqdm(
+        total=cfg.episodes * len(env_ids), desc=f"eval {label or policy.name}", disable=not progress
+    )
     for env_id in env_ids:
         specs, records = episode_specs(env_id, cfg), []
         for i in range(0, len(specs), batch):

@@ -35,6 +35,14 @@ def test_null_agent_fails(tmp_path):
     assert s["overall"]["success_rate"] == 0.0
 
 
+def test_progress_bar_is_labelled_by_the_caller(tmp_path, capsys):
+    cfg = EvalConfig(policy="null", env_ids=["trace/tool-call-v0"], episodes=1, out_dir=str(tmp_path))  # fmt: skip
+    evaluate(cfg, label="routed")
+    assert "eval routed" in capsys.readouterr().err
+    evaluate(cfg)
+    assert "eval null" in capsys.readouterr().err  # no label: the policy's own name
+
+
 def test_summary_per_capability_and_intervals():
     def rec(success, reward, required, lacking):
         return {"final_reward": reward, "is_success": success, "turns": 2, "capability": "x",
@@ -127,3 +135,32 @@ def test_versus_base_says_improved_only_when_the_interval_excludes_zero():
     assert versus(row(50, 100), row(30, 100))["verdict"] == "worse"
     v = versus(row(48, 80), row(56, 70))  # Newcombe (1998), method 10: 0.0524 to 0.3339
     assert abs(v["lo"] - 0.0524) < 1e-3 and abs(v["hi"] - 0.3339) < 1e-3
+    assert v["interval"] == "unpaired"
+
+
+def test_versus_pairs_policies_that_played_the_same_tasks():
+    from trace_diagnose.stats import newcombe_paired
+    from trace_train.pipeline.report import versus
+
+    # Newcombe (1998b)'s example as tasks: 36 solved by both, 12 only after, 2 only before.
+    kinds = [(True, True)] * 36 + [(False, True)] * 12 + [(True, False)] * 2 + [(False, False)] * 0
+    before = {f"t{i}": b for i, (b, _) in enumerate(kinds)}
+    after = {f"t{i}": a for i, (_, a) in enumerate(kinds)}
+    rows = [{"success": sum(o.values()) / len(o), "episodes": len(o)} for o in (before, after)]
+    v = versus(*rows, (before, after))
+    assert v["interval"] == "paired" and abs(v["diff"] - 0.2) < 1e-9
+    assert (v["lo"], v["hi"]) == newcombe_paired(36, 12, 2, 0)
+    assert abs(v["lo"] - 0.0569) < 1e-3 and abs(v["hi"] - 0.3404) < 1e-3
+    # Policies that mostly agree (run 2 of the learning benchmark: 19 both, 11 gained, 3 lost,
+    # 67 neither): the paired interval is the tighter one, and here only it excludes zero.
+    kinds = [(True, True)] * 19 + [(False, True)] * 11 + [(True, False)] * 3 + [(False, False)] * 67
+    before = {f"t{i}": b for i, (b, _) in enumerate(kinds)}
+    after = {f"t{i}": a for i, (_, a) in enumerate(kinds)}
+    rows = [{"success": sum(o.values()) / len(o), "episodes": len(o)} for o in (before, after)]
+    paired, unpaired = versus(*rows, (before, after)), versus(*rows)
+    assert paired["verdict"] == "improved" and unpaired["verdict"] == "no measurable change"
+    assert paired["hi"] - paired["lo"] < unpaired["hi"] - unpaired["lo"]
+    # Different tasks, or an unknown pairing: the two-sample interval.
+    renamed = {f"u{i}": a for i, a in enumerate(after.values())}
+    assert versus(*rows, (before, renamed))["interval"] == "unpaired"
+    assert versus(*rows, (before, None))["interval"] == "unpaired"

@@ -123,6 +123,7 @@ def test_report_compares_every_policy_with_intervals(finished_run):
         assert v["lo"] <= v["diff"] <= v["hi"] and v["verdict"] in (
             "improved", "worse", "no measurable change"
         )  # fmt: skip
+        assert v["interval"] == "paired"  # every policy plays the same held-out tasks
     # The console ends with the same comparison (random tiny policies: nothing changes).
     log = finished_run["log"]
     start = max(i for i, line in enumerate(log) if line.startswith("held-out success on "))

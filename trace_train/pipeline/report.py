@@ -17,7 +17,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from trace_diagnose.stats import newcombe
+from trace_diagnose.stats import newcombe, newcombe_paired
 from trace_train.pipeline.stages import COMPOSITIONS, PLAIN_GRPO, training_plan
 
 BAR_WIDTH = 420
@@ -50,12 +50,23 @@ def _rel(run: Any, path: str | Path) -> str:
     return os.path.relpath(Path(path).resolve(), run.dir.resolve())
 
 
+def _outcomes(episodes: Path) -> dict[str, bool] | None:
+    """Success per task id of one policy's evaluation, or None when a task was played more
+    than once (or the log is missing): then there is no one-to-one pairing to use."""
+    if not episodes.exists():
+        return None
+    lines = [json.loads(x) for x in episodes.read_text().splitlines() if x.strip()]
+    outcomes = {x["task_id"]: bool(x["is_success"]) for x in lines if "task_id" in x}
+    return outcomes if len(outcomes) == len(lines) else None
+
+
 def _policy_rows(run: Any) -> list[dict[str, Any]]:
-    rows = []
+    rows, outcomes = [], {}
     for name, path in run.output("evaluate").get("summaries", {}).items():
         summary = _read_json(Path(path))
         if summary is None:
             continue
+        outcomes[name] = _outcomes(Path(path).with_name("episodes.jsonl"))
         overall = summary["overall"]
         lo, hi = overall["success_ci95"]
         rows.append(
@@ -74,22 +85,50 @@ def _policy_rows(run: Any) -> list[dict[str, Any]]:
         )
     base = next((r for r in rows if r["name"] == "base"), None)
     plain = next((r for r in rows if r["name"] == PLAIN_GRPO), None)
+
+    def against(reference: dict[str, Any] | None, r: dict[str, Any]) -> dict[str, Any] | None:
+        if reference is None or r is reference:
+            return None
+        return versus(reference, r, (outcomes[reference["name"]], outcomes[r["name"]]))
+
     for r in rows:
-        r["vs_base"] = versus(base, r) if base is not None and r is not base else None
+        r["vs_base"] = against(base, r)
         # The paper's comparison: TRACE's policies against plain GRPO at the same rollouts.
         trace_policy = r["name"] in COMPOSITIONS or r["name"].startswith("adapter:")
-        r["vs_plain_grpo"] = versus(plain, r) if plain is not None and trace_policy else None
+        r["vs_plain_grpo"] = against(plain, r) if trace_policy else None
     return rows
 
 
-def versus(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Success of ``after`` minus ``before`` with Newcombe's 95 % interval, and what it says:
-    ``improved`` / ``worse`` only when the interval excludes zero."""
+def versus(
+    before: dict[str, Any],
+    after: dict[str, Any],
+    outcomes: tuple[dict[str, bool] | None, dict[str, bool] | None] | None = None,
+) -> dict[str, Any]:
+    """Success of ``after`` minus ``before`` with a 95 % interval, and what it says:
+    ``improved`` / ``worse`` only when the interval excludes zero.
+
+    Policies evaluated on the same tasks (``outcomes``: success per task id of each, the same
+    ids) get the paired interval (Newcombe 1998b): it uses that two policies agree on most
+    tasks, so it is narrower than the two-sample one (Newcombe 1998), used otherwise."""
     n0, n1 = before["episodes"], after["episodes"]
     k0, k1 = round(before["success"] * n0), round(after["success"] * n1)
-    lo, hi = newcombe(k1, n1, k0, n0) or (-1.0, 1.0)
+    first, then = outcomes or (None, None)
+    if first and then and first.keys() == then.keys():
+        both = sum(first[t] and then[t] for t in first)
+        gained = sum(then[t] and not first[t] for t in first)
+        lost = sum(first[t] and not then[t] for t in first)
+        lo, hi = newcombe_paired(both, gained, lost, len(first) - both - gained - lost) or (-1.0, 1.0)  # fmt: skip
+        interval = "paired"
+    else:
+        lo, hi = newcombe(k1, n1, k0, n0) or (-1.0, 1.0)
+        interval = "unpaired"
     verdict = "improved" if lo > 0 else "worse" if hi < 0 else "no measurable change"
-    return {"diff": k1 / n1 - k0 / n0, "lo": lo, "hi": hi, "verdict": verdict}
+    return {"diff": k1 / n1 - k0 / n0, "lo": lo, "hi": hi, "verdict": verdict, "interval": interval}
+
+
+def _interval(v: dict[str, Any]) -> str:
+    unpaired = ", unpaired" if v["interval"] == "unpaired" else ""
+    return f"[{v['lo']:+.0%}, {v['hi']:+.0%}{unpaired}]"
 
 
 def closing_summary(run: Any) -> list[str]:
@@ -105,7 +144,7 @@ def closing_summary(run: Any) -> list[str]:
         )
         if r["vs_base"]:
             v = r["vs_base"]
-            line += f"  vs base {v['diff']:+.0%} [{v['lo']:+.0%}, {v['hi']:+.0%}]: {v['verdict']}"
+            line += f"  vs base {v['diff']:+.0%} {_interval(v)}: {v['verdict']}"
         lines.append(line)
     plain = run.output("train").get("plain_grpo")
     against = [r for r in rows if r["vs_plain_grpo"]]
@@ -116,7 +155,7 @@ def closing_summary(run: Any) -> list[str]:
         for r in against:
             v = r["vs_plain_grpo"]
             lines.append(
-                f"  {r['name']:<32} {v['diff']:+.0%} [{v['lo']:+.0%}, {v['hi']:+.0%}]: "
+                f"  {r['name']:<32} {v['diff']:+.0%} {_interval(v)}: "
                 + {"improved": "better", "worse": "worse"}.get(v["verdict"], v["verdict"])
             )
     return lines

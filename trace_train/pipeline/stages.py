@@ -237,7 +237,9 @@ def resolve_model(model: str) -> str:
     return _resolve(model)
 
 
-def _eval(run: Run, policy: str, env_ids: list[str], episodes: int, split: str, out: Path) -> dict:
+def _eval(
+    run: Run, policy: str, env_ids: list[str], episodes: int, split: str, out: Path, label: str
+) -> dict:
     from trace_train.config import EvalConfig
     from trace_train.evaluate import evaluate
 
@@ -257,7 +259,7 @@ def _eval(run: Run, policy: str, env_ids: list[str], episodes: int, split: str, 
         max_new_tokens=cfg.max_new_tokens,
         tool_prompt=cfg.tool_prompt,
     )
-    return evaluate(eval_cfg)
+    return evaluate(eval_cfg, label=label)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,7 +311,7 @@ def stage_rollout_base(run: Run, say: Say) -> dict[str, Any]:
         return {"trajectories": list(cfg.trajectories), "source": "given"}
     policy = cfg.base_policy or f"hf:{run.base_model}"
     out = run.path("rollout-base")
-    summary = _eval(run, policy, [cfg.target], cfg.diagnose_episodes, "eval", out)
+    summary = _eval(run, policy, [cfg.target], cfg.diagnose_episodes, "eval", out, "base agent")
     rate = summary["overall"]["success_rate"]
     say(f"base agent ({policy}) on {cfg.target}: success {rate:.0%} over {cfg.diagnose_episodes}")
     return {"trajectories": [str(out / "episodes.jsonl")], "policy": policy, "source": "rollout"}
@@ -595,7 +597,7 @@ def stage_evaluate(run: Run, say: Say) -> dict[str, Any]:
         if summary_path.exists():
             results[name] = str(summary_path)
             continue
-        summary = _eval(run, spec, [cfg.target], cfg.eval_episodes, cfg.eval_split, out)
+        summary = _eval(run, spec, [cfg.target], cfg.eval_episodes, cfg.eval_split, out, name)
         rate = summary["overall"]["success_rate"]
         say(f"evaluate: {name} success {rate:.0%} on {cfg.eval_episodes} {cfg.eval_split} tasks")
         results[name] = str(summary_path)
