@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
-    from trace_diagnose.stats import newcombe, newcombe_paired, wilson
+    from trace_diagnose.stats import mcnemar_exact, newcombe, newcombe_paired, wilson
 
     run = Path(args.run_dir)
     run.mkdir(parents=True, exist_ok=True)
@@ -325,6 +325,7 @@ def main(argv: list[str] | None = None) -> dict:
             "paired_excludes_zero": paired_lo > 0 or paired_hi < 0,
             "failed_then_solved": gained,
             "solved_then_failed": lost,
+            "mcnemar_exact_p": round(mcnemar_exact(gained, lost), 4),
         }
 
     comparisons = {"grpo_vs_warmstart": compare(before, after)}

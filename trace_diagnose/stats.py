@@ -57,6 +57,17 @@ def newcombe_paired(
     return max(-1.0, d - math.sqrt(max(0.0, below))), min(1.0, d + math.sqrt(max(0.0, above)))
 
 
+def mcnemar_exact(only_first: int, only_second: int) -> float:
+    """Two-sided exact McNemar p-value for paired outcomes: of the items where the two differ,
+    is the split ``only_first`` / ``only_second`` further from even than chance (a binomial
+    test against 1/2)? Items where the two agree carry no information here."""
+    n = only_first + only_second
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(only_first, only_second) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
 def fisher_greater(a: int, b: int, c: int, d: int) -> float:
     """One-sided Fisher exact p-value for the table [[a, b], [c, d]], H1: odds ratio > 1.
 

@@ -16,6 +16,7 @@ from trace_diagnose.stats import (
     benjamini_hochberg,
     cohen_kappa,
     fisher_greater,
+    mcnemar_exact,
     newcombe,
     newcombe_paired,
     wilson,
@@ -186,6 +187,9 @@ def test_stats_against_hand_values():
     lo, hi = newcombe_paired(36, 12, 2, 0)  # Newcombe (1998b) example: 0.0569 to 0.3404
     assert (round(lo, 4), round(hi, 4)) == (0.0569, 0.3404)
     assert newcombe_paired(0, 0, 0, 0) is None
+    assert mcnemar_exact(11, 3) == mcnemar_exact(3, 11) == pytest.approx(2 * 470 / 2**14)
+    assert mcnemar_exact(5, 5) == 1.0 and mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(10, 0) == pytest.approx(2 / 2**10)
     assert fisher_greater(3, 1, 1, 3) == pytest.approx(17 / 70)
     assert benjamini_hochberg([0.01, 0.04, 0.03, None]) == [0.03, 0.04, 0.04, None]
     assert cohen_kappa(["a", "a", "b", "b"], ["a", "b", "b", "b"]) == pytest.approx(0.5)

@@ -46,6 +46,7 @@ def test_learning_benchmark_runs_every_phase_and_resumes(tmp_path, tmp_path_fact
     }
     grpo_only = saved["comparisons"]["grpo_vs_warmstart"]
     assert grpo_only["gain"] == saved["gain"] and grpo_only["ci95_newcombe"] == [lo, hi]
+    assert 0 < grpo_only["mcnemar_exact_p"] <= 1
     assert 0 <= saved["base_successes"] <= 3
     assert saved["training_log"] and "group/informative_share" in saved["training_log"][0]
     assert "--heldout 3" in saved["command"]
