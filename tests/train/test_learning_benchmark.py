@@ -38,7 +38,8 @@ def test_learning_benchmark_runs_every_phase_and_resumes(tmp_path, tmp_path_fact
     assert saved["heldout_tasks"] == 3 and saved["grpo_steps"] == 1 and saved["rollouts"] == 2
     lo, hi = saved["gain_ci95_newcombe"]
     assert -1 <= lo <= saved["gain"] <= hi <= 1
-    assert saved["gain_is_real"] == (lo > 0)
+    assert saved["gain_is_real_unpaired"] == (lo > 0)
+    assert saved["gain_is_real"] == (saved["gain_ci95_paired_newcombe"][0] > 0)
     assert set(saved["comparisons"]) == {
         "grpo_vs_warmstart",
         "warmstart_vs_base",
