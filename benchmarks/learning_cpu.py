@@ -63,6 +63,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="do not evaluate the untrained model (the slowest phase: it writes prose to the "
         "token limit every turn)",
     )
+    ap.add_argument(
+        "--eval-adapter",
+        action="append",
+        default=[],
+        metavar="STEP=PATH",
+        help="also evaluate this adapter, saved after GRPO step STEP (e.g. an earlier run's or "
+        "a kept checkpoint), on the same held-out tasks: a point of the held-out curve",
+    )
     ap.add_argument("--steps", type=int, default=24, help="GRPO optimizer steps")
     ap.add_argument("--group", type=int, default=8, help="rollouts per group (one task)")
     ap.add_argument("--groups-per-step", type=int, default=1)
@@ -151,6 +159,20 @@ def given_adapter(path: str) -> dict:
             loss_last=losses[-1] if losses else None,
         )
     return record
+
+
+def intermediate_adapters(args: argparse.Namespace) -> list[tuple[int, str]]:
+    """``--eval-adapter STEP=PATH`` values, checked: a step number and a LoRA adapter folder."""
+    pairs = []
+    for value in args.eval_adapter:
+        step, _, path = value.partition("=")
+        if not step.isdigit() or not (Path(path) / "adapter_config.json").is_file():
+            raise SystemExit(
+                f"--eval-adapter {value}: expected STEP=PATH, a GRPO step number and a LoRA "
+                "adapter folder (with adapter_config.json)"
+            )
+        pairs.append((int(step), path))
+    return pairs
 
 
 def heldout_seeds(args: argparse.Namespace) -> range:
@@ -250,7 +272,7 @@ def grpo_phase(args: argparse.Namespace, run: Path, adapter: str) -> dict:
 
 
 def plot(report: dict, path: Path) -> None:
-    """Train reward / success per GRPO step and held-out success before and after."""
+    """Train reward / success per GRPO step and held-out success before, during and after."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -271,6 +293,12 @@ def plot(report: dict, path: Path) -> None:
         p, (lo, hi) = report[f"{key}_success_rate"], report[f"{key}_success_ci95"]
         ax.errorbar([step], [p], yerr=[[max(0.0, p - lo)], [max(0.0, hi - p)]], fmt="s", color=colour, capsize=4,
                     label=f"held-out success {when} ({report['heldout_tasks']} tasks, 95 % CI)")  # fmt: skip
+    n = report["heldout_tasks"]
+    between = [x for x in report["heldout_by_step"] if 0 < x["step"] < report["grpo_steps"]]
+    for i, x in enumerate(between):
+        p, (lo, hi) = x["successes"] / n, x["ci95"]
+        ax.errorbar([x["step"]], [p], yerr=[[max(0.0, p - lo)], [max(0.0, hi - p)]], fmt="s", color="tab:purple", capsize=4,
+                    label=None if i else "held-out success during GRPO (same tasks)")  # fmt: skip
     if "base_successes" in report:
         ax.axhline(report["base_successes"] / report["heldout_tasks"], ls="--", color="grey",
                    label="held-out success of the untrained model")  # fmt: skip
@@ -304,6 +332,8 @@ def main(argv: list[str] | None = None) -> dict:
     # The untrained model on the same tasks: last, as the slowest to play (it writes prose to
     # the token limit every turn), and what both trainings together are measured against.
     base = None if args.skip_base else evaluation(args, run, "eval_base", None)
+    between = {step: evaluation(args, run, f"eval_step{step}", path)
+               for step, path in intermediate_adapters(args)}  # fmt: skip
 
     n, k0, k1 = args.heldout, before["successes"], after["successes"]
     diff_lo, diff_hi = newcombe(k1, n, k0, n)
@@ -329,6 +359,7 @@ def main(argv: list[str] | None = None) -> dict:
         }
 
     comparisons = {"grpo_vs_warmstart": compare(before, after)}
+    comparisons.update({f"step{step}_vs_warmstart": compare(before, r) for step, r in between.items()})  # fmt: skip
     if base:
         comparisons.update(warmstart_vs_base=compare(base, before), trained_vs_base=compare(base, after))  # fmt: skip
     first = args.heldout_first_seed
@@ -369,6 +400,11 @@ def main(argv: list[str] | None = None) -> dict:
             else {}
         ),
         "comparisons": comparisons,
+        # held-out success along GRPO, on the same tasks: the start, given adapters, the end
+        "heldout_by_step": [
+            {"step": step, "successes": r["successes"], "ci95": list(wilson(r["successes"], n))}
+            for step, r in sorted({0: before, **between, rl["steps"]: after}.items())
+        ],
         "rollouts": rl["rollouts"],
         "grpo_steps": rl["steps"],
         "group_size": args.group,

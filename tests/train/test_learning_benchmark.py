@@ -85,6 +85,14 @@ def test_learning_benchmark_runs_every_phase_and_resumes(tmp_path, tmp_path_fact
     assert report["phase_seconds"]["eval_base"] is None
     assert not (confirm / "eval_base.episodes.jsonl").exists()
 
+    # An intermediate adapter is one more point of the held-out curve, on the same tasks.
+    with pytest.raises(SystemExit, match="STEP=PATH"):
+        bench.main([*argv, "--eval-adapter", f"half={report['warmstart']['adapter']}"])
+    report = bench.main([*argv, "--eval-adapter", f"1={saved['warmstart']['adapter']}"])
+    assert [x["step"] for x in report["heldout_by_step"]] == [0, 1]  # step 1 is also the end
+    assert "step1_vs_warmstart" in report["comparisons"]
+    assert (confirm / "eval_step1.episodes.jsonl").read_text().count("\n") == 3
+
     # More held-out tasks later: the finished evaluations are extended, not rerun.
     kept = (confirm / "eval_after.episodes.jsonl").read_text().splitlines()
     report = bench.main([*argv, "--heldout", "4"])
