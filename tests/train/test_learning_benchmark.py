@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.train.envtiny import build_env_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,8 +23,6 @@ def load_benchmark():  # noqa: ANN201
 
 
 def test_learning_benchmark_runs_every_phase_and_resumes(tmp_path, tmp_path_factory):
-    import pytest
-
     bench = load_benchmark()
     model = build_env_tiny(tmp_path_factory.getbasetemp())
     run, out = tmp_path / "run", tmp_path / "results" / "learning.json"
@@ -102,8 +102,6 @@ def test_learning_benchmark_runs_every_phase_and_resumes(tmp_path, tmp_path_fact
 
 
 def test_a_given_warm_start_is_described_from_its_trainer_state(tmp_path):
-    import pytest
-
     bench = load_benchmark()
     with pytest.raises(SystemExit, match="no adapter_config.json"):
         bench.given_adapter(str(tmp_path))
