@@ -391,14 +391,6 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "before_mean_reward": before["mean_reward"],
         "after_mean_reward": after["mean_reward"],
-        **(
-            {
-                "base_successes": base["successes"],
-                "base_success_ci95": list(wilson(base["successes"], n)),
-            }  # fmt: skip
-            if base
-            else {}
-        ),
         "comparisons": comparisons,
         # held-out success along GRPO, on the same tasks: the start, given adapters, the end
         "heldout_by_step": [
@@ -439,6 +431,8 @@ def main(argv: list[str] | None = None) -> dict:
         "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/learning_cpu.py "
         + shlex.join(sys.argv[1:] if argv is None else argv),
     }
+    if base:
+        report.update(base_successes=base["successes"], base_success_ci95=list(wilson(base["successes"], n)))  # fmt: skip
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
