@@ -10,6 +10,7 @@ from trace_train.pipeline import PipelineConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trace_train" / "configs"
 PIPELINES = [
+    "compare_cpu.yaml",
     "demo_cpu.yaml",
     "gpu_qwen3.yaml",
     "tau2_diagnose.yaml",

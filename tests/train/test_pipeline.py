@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -195,3 +197,35 @@ def test_bad_config_is_one_clear_error(tmp_path):
     from trace_train.pipeline.cli import main
 
     assert main(["run", "--set", "difficulty=3", "--run-dir", str(tmp_path / "r")]) == 2
+
+
+def test_evaluate_adapters_false_leaves_single_adapters_out_of_the_evaluation(tmp_path):
+    train = {"adapters": {"precondition_verification": {"adapter": "a", "env_id": "e"}},
+             "plain_grpo": {"adapter": "p"}}  # fmt: skip
+    state = {"train": {"status": "done", "output": train},
+             "compose": {"status": "done", "output": {"routed": "r"}}}  # fmt: skip
+    (tmp_path / "stages.json").write_text(json.dumps(state))
+    every = stages.policies(stages.Run(PipelineConfig(run_dir=str(tmp_path), model="m")))
+    assert set(every) == {"base", "adapter:precondition_verification", "plain-grpo", "routed"}
+    cfg = PipelineConfig(run_dir=str(tmp_path), model="m", evaluate_adapters=False)
+    assert set(stages.policies(stages.Run(cfg))) == {"base", "plain-grpo", "routed"}
+
+
+def test_targeted_vs_plain_benchmark_records_equal_budgets_and_paired_comparisons(
+    finished_run, tmp_path
+):
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "targeted_vs_plain.py"
+    spec = importlib.util.spec_from_file_location("targeted_vs_plain", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    record = bench.summarize(finished_run["cfg"], "python benchmarks/targeted_vs_plain.py")
+    by_name = {p["name"]: p for p in record["policies"]}
+    assert {"base", "plain-grpo", "routed", "moe"} <= set(by_name)
+    assert record["trace_rollouts"] == by_name["plain-grpo"]["rollouts"] > 0  # the same budget
+    assert by_name["base"]["rollouts"] == 0 and by_name["routed"]["rollouts"] > 0
+    routed = by_name["routed"]
+    assert routed["vs_plain_grpo"]["gained"] + routed["vs_plain_grpo"]["lost"] <= 2
+    assert routed["vs_base"]["mcnemar_exact_p"] <= 1.0 and by_name["base"]["vs_base"] is None
+    assert record["selected_capabilities"] and record["wall_seconds"] > 0
+    bench.plot(record, tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").stat().st_size > 1000

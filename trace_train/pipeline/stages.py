@@ -131,6 +131,9 @@ class PipelineConfig:
     measured (its capability is known there); 0 skips the check."""
     eval_episodes: int = 20
     """Held-out episodes per policy on the target."""
+    evaluate_adapters: bool = True
+    """Also evaluate each capability adapter alone on the target; ``false`` evaluates only the
+    base, the compositions and plain GRPO (saves one evaluation per adapter)."""
     eval_split: str = "test"
     """Split of the final evaluation (disjoint from training and from diagnosis)."""
     max_turns: int = 10
@@ -578,7 +581,8 @@ def policies(run: Run) -> dict[str, str]:
     base = run.base_model
     out = {"base": f"hf:{base}"}
     for cap, info in run.output("train").get("adapters", {}).items():
-        out[f"adapter:{cap}"] = f"hf:{base}+adapter:{info['adapter']}"
+        if run.config.evaluate_adapters:
+            out[f"adapter:{cap}"] = f"hf:{base}+adapter:{info['adapter']}"
     plain = run.output("train").get("plain_grpo")
     if plain:
         out[PLAIN_GRPO] = f"hf:{base}+adapter:{plain['adapter']}"

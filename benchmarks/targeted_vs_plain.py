@@ -1,0 +1,188 @@
+"""TRACE against plain GRPO at the same rollouts: the paper's central comparison, CPU-sized.
+
+One ``trace run`` (default ``trace_train/configs/compare_cpu.yaml``) does every step:
+
+1. warm start the base model on oracle demonstrations of the target (``trace/service-desk-v0``);
+2. diagnose the warm-started model's own failures on the target's eval split (ground-truth
+   labels from the verifier's capability-tagged checks) and select the capabilities to train;
+3. TRACE: one GRPO adapter per selected capability, on that capability's environment;
+   plain GRPO: one adapter on the target's own train split with as many rollouts as all the
+   capability adapters together (same GRPO settings);
+4. compose the adapters (per task: ``routed``; per token: ``moe``) and evaluate the base, plain
+   GRPO and the compositions on the same held-out test tasks of the target.
+
+This script then writes ``benchmarks/results/targeted_vs_plain.json`` (success per policy
+with Wilson intervals, paired Newcombe intervals and exact McNemar p against the base and
+against plain GRPO, the rollouts each used, seconds per stage, the command) and
+``targeted_vs_plain.png`` (held-out success against the rollout budget). The run folder
+resumes, so an interrupted benchmark picks up where it stopped.
+
+    OMP_NUM_THREADS=1 python benchmarks/targeted_vs_plain.py               # ~2 h on a CPU
+    python benchmarks/targeted_vs_plain.py --set grpo.steps=... --set eval_episodes=200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trace_train.pipeline import PipelineConfig
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+RESULTS = Path(__file__).parent / "results"
+CONFIG = Path(__file__).parents[1] / "trace_train" / "configs" / "compare_cpu.yaml"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--config", default=str(CONFIG), help="trace run config (YAML)")
+    ap.add_argument("--run-dir", help="run folder (default: the config's)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config field, as in `trace run --set`")  # fmt: skip
+    ap.add_argument("--out", default=str(RESULTS / "targeted_vs_plain"),
+                    help="result path without suffix (.json and .png are written)")  # fmt: skip
+    return ap.parse_args(argv)
+
+
+def comparison(run_dir: Path, first: str, then: str) -> dict | None:
+    """``then`` against ``first`` on the tasks both played: paired flips, Newcombe's paired
+    interval and the exact McNemar p (None when either was not evaluated)."""
+    from trace_diagnose.stats import mcnemar_exact, newcombe_paired
+    from trace_train.pipeline.report import _outcomes
+
+    a = _outcomes(run_dir / "evaluate" / first / "episodes.jsonl")
+    b = _outcomes(run_dir / "evaluate" / then / "episodes.jsonl")
+    if not a or not b or a.keys() != b.keys():
+        return None
+    both = sum(a[t] and b[t] for t in a)
+    gained = sum(b[t] and not a[t] for t in a)
+    lost = sum(a[t] and not b[t] for t in a)
+    lo, hi = newcombe_paired(both, gained, lost, len(a) - both - gained - lost) or (-1.0, 1.0)
+    return {
+        "diff": (gained - lost) / len(a),
+        "ci95_paired_newcombe": [round(lo, 4), round(hi, 4)],
+        "verdict": "better" if lo > 0 else "worse" if hi < 0 else "no measurable difference",
+        "gained": gained,
+        "lost": lost,
+        "mcnemar_exact_p": round(mcnemar_exact(gained, lost), 4),
+    }
+
+
+def summarize(config: PipelineConfig, command: str) -> dict:
+    """The benchmark's record, from the run folder's report.json and evaluation logs."""
+    from trace_diagnose.stats import wilson
+
+    run_dir = Path(config.run_dir)
+    report = json.loads((run_dir / "report.json").read_text())
+    trace_rollouts = sum(a.get("rollouts") or 0 for a in report["adapters"])
+    plain = report.get("plain_grpo") or {}
+    rollouts = {"base": 0, "plain-grpo": plain.get("rollouts", 0)}
+    policies = []
+    for row in report["policies"]:
+        name, n = row["name"], row["episodes"]
+        k = round(row["success"] * n)
+        folder = name.replace(":", "__")
+        policies.append(
+            {
+                "name": name,
+                "rollouts": rollouts.get(name, trace_rollouts),
+                "successes": k,
+                "episodes": n,
+                "success_rate": k / n,
+                "success_ci95_wilson": [round(x, 4) for x in wilson(k, n)],
+                "mean_reward": row["reward"],
+                "vs_base": comparison(run_dir, "base", folder) if name != "base" else None,
+                "vs_plain_grpo": comparison(run_dir, "plain-grpo", folder)
+                if name not in ("base", "plain-grpo")
+                else None,
+            }
+        )
+    stages = report["stages"]
+    return {
+        "target": report["target"],
+        "difficulty": config.difficulty,
+        "model": report["model"],
+        "heldout": f"{report['eval_split']} split of the target, same tasks for every policy, greedy",
+        "diagnosed_agent": report["base_policy"],
+        "selected_capabilities": report["core"],
+        "adapters": [
+            {k: a.get(k) for k in ("capability", "env_id", "steps", "rollouts", "seconds")}
+            for a in report["adapters"]
+        ],
+        "plain_grpo": {k: plain.get(k) for k in ("env_id", "steps", "rollouts", "seconds")},
+        "trace_rollouts": trace_rollouts,
+        "policies": policies,
+        "stage_seconds": {name: s.get("seconds") for name, s in stages.items()},
+        "wall_seconds": round(sum(s.get("seconds") or 0 for s in stages.values()), 1),
+        "command": command,
+    }
+
+
+def plot(record: dict, path: Path) -> None:
+    """Held-out success (95 % Wilson interval) against the rollouts each policy trained on."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    style = {"base": ("tab:grey", "o"), "plain-grpo": ("tab:red", "s"),
+             "routed": ("tab:blue", "D"), "moe": ("tab:green", "^")}  # fmt: skip
+    budget = max(1, record["trace_rollouts"])
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    for i, p in enumerate(record["policies"]):
+        colour, marker = style.get(p["name"], ("tab:purple", "v"))
+        lo, hi = p["success_ci95_wilson"]
+        x = p["rollouts"] + (i - len(record["policies"]) / 2) * budget * 0.02  # side by side
+        y = p["success_rate"]
+        ax.errorbar([x], [y], yerr=[[y - lo], [hi - y]], fmt=marker, color=colour, capsize=4,
+                    label=f"{p['name']}: {p['successes']}/{p['episodes']}")  # fmt: skip
+    ax.set_xlabel("GRPO rollouts (TRACE: all capability adapters together)")
+    ax.set_ylabel("held-out success")
+    ax.set_ylim(
+        -0.02, max(0.3, max(p["success_ci95_wilson"][1] for p in record["policies"]) + 0.05)
+    )
+    ax.set_title(f"{record['model']} on {record['target']} (d={record['difficulty']:g}), CPU")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    from trace_train.pipeline import PipelineConfig, run_pipeline
+    from trace_train.pipeline.cli import _overrides
+
+    overrides = _overrides(args.set)
+    if args.run_dir:
+        overrides["run_dir"] = args.run_dir
+    config = PipelineConfig.load(args.config, overrides)
+    started = time.time()
+    run_pipeline(config)
+    record = summarize(config, shlex.join([sys.executable, *sys.argv]))
+    record["this_invocation_seconds"] = round(time.time() - started, 1)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    plot(record, out.with_suffix(".png"))
+    for p in record["policies"]:
+        vs = p["vs_plain_grpo"] or p["vs_base"]
+        against = "plain GRPO" if p["vs_plain_grpo"] else "base"
+        tail = f"  vs {against} {vs['diff']:+.1%} {vs['ci95_paired_newcombe']}" if vs else ""
+        print(
+            f"{p['name']:<11} {p['successes']:>3}/{p['episodes']} ({p['rollouts']} rollouts){tail}"
+        )
+    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
+    return record
+
+
+if __name__ == "__main__":
+    main()
