@@ -16,6 +16,7 @@ user turns (no loss, TRL's ``assistant_masks``). Training is TRL's ``SFTTrainer`
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,12 +72,18 @@ def oracle_generate(fmt: ChatFormat) -> tuple[Generate, dict]:
     return generate, state
 
 
-def demonstrations(cfg: WarmstartConfig, fmt: ChatFormat) -> list[dict[str, list[int]]]:
-    """Token ids and assistant masks of one oracle episode per spec (failed ones dropped)."""
+def demonstrations(
+    cfg: WarmstartConfig, fmt: ChatFormat, counts: dict[str, int] | None = None
+) -> list[dict[str, list[int]]]:
+    """Token ids and assistant masks of one oracle episode per spec (failed ones dropped).
+    ``counts``, when given, receives how many were dropped (``unfinished``) and how many cut
+    to ``max_length`` (``truncated``), so the caller can say what was not learned."""
     import gymnasium as gym
 
     generate, state = oracle_generate(fmt)
     rows = []
+    counts = counts if counts is not None else {}
+    counts.update(requested=cfg.demonstrations, unfinished=0, truncated=0)
     for spec in demonstration_specs(cfg):
         env = gym.make(spec.env_id, disable_env_checker=True, **cfg.env_kwargs)
         env.reset(seed=spec.task_seed, options={"difficulty": spec.difficulty, "split": "train"})
@@ -95,7 +102,11 @@ def demonstrations(cfg: WarmstartConfig, fmt: ChatFormat) -> list[dict[str, list
             tool_prompt=cfg.tool_prompt,
         )
         if not rollout.success:  # e.g. the turn limit cut the oracle short: not a demonstration
+            counts["unfinished"] += 1
             continue
+        counts["truncated"] += (
+            len(rollout.prompt_ids) + len(rollout.completion_ids) > cfg.max_length
+        )
         ids = (rollout.prompt_ids + rollout.completion_ids)[: cfg.max_length]
         mask = ([0] * len(rollout.prompt_ids) + rollout.env_mask)[: cfg.max_length]
         rows.append({"input_ids": ids, "assistant_masks": mask})
@@ -107,10 +118,12 @@ def demonstrations(cfg: WarmstartConfig, fmt: ChatFormat) -> list[dict[str, list
     return rows
 
 
-def supervised_demonstrations(cfg: WarmstartConfig, fmt: ChatFormat) -> list[dict[str, list[int]]]:
+def supervised_demonstrations(
+    cfg: WarmstartConfig, fmt: ChatFormat, counts: dict[str, int] | None = None
+) -> list[dict[str, list[int]]]:
     """The demonstrations the warm start can learn from: those with an assistant token left
     after truncation to ``max_length`` (the router's training uses all of them)."""
-    rows = [row for row in demonstrations(cfg, fmt) if any(row["assistant_masks"])]
+    rows = [row for row in demonstrations(cfg, fmt, counts) if any(row["assistant_masks"])]
     if not rows:
         raise RuntimeError(
             f"every oracle demonstration of {cfg.env_id} is cut off before its first assistant "
@@ -153,7 +166,11 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    dataset = Dataset.from_list(supervised_demonstrations(cfg, ChatFormat(tokenizer)))
+    counts: dict[str, int] = {}
+    dataset = Dataset.from_list(supervised_demonstrations(cfg, ChatFormat(tokenizer), counts))
+    counts["used"] = len(dataset)
+    if counts["unfinished"] or counts["truncated"]:
+        print(f"[trace-train] warm start: {demonstration_shortfall(cfg, counts)}", file=sys.stderr)
 
     # -- 3. held-out success of the base model ---------------------------------------------------
     before = evaluate_model(model, tokenizer, cfg, cfg.eval_episodes) if cfg.eval_episodes else {}
@@ -212,10 +229,28 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
         tokenizer.save_pretrained(adapter_dir)
     after = evaluate_model(policy, tokenizer, cfg, cfg.eval_episodes) if cfg.eval_episodes else {}
     end = {"event": "train_end", "step": trainer.state.global_step, "seconds": round(seconds, 2)}
-    _log(log_path, {**end, "demonstrations": len(dataset), **after})
+    demos = {f"demonstrations_{k}": v for k, v in counts.items() if k != "used"}
+    _log(log_path, {**end, "demonstrations": len(dataset), **demos, **after})
     meta = {"env_id": cfg.env_id, "base_model": cfg.model, "trained_with": "trace-train warmstart"}
     (adapter_dir / "trace_train.json").write_text(json.dumps(meta, indent=2) + "\n")
     return WarmstartResult(adapter_dir, log_path, before, after, policy)
+
+
+def demonstration_shortfall(cfg: WarmstartConfig, counts: dict[str, int]) -> str:
+    """What part of the requested demonstrations the warm start cannot learn from, and the
+    settings that decide it (a long target such as the service desk loses most otherwise)."""
+    parts = [f"learning from {counts['used']} of {counts['requested']} oracle demonstrations"]
+    if counts["unfinished"]:
+        parts.append(
+            f"{counts['unfinished']} did not finish within max_turns={cfg.max_turns} and "
+            f"max_length={cfg.max_length} tokens (dropped)"
+        )
+    if counts["truncated"]:
+        parts.append(
+            f"{counts['truncated']} cut at max_length={cfg.max_length} tokens (their later "
+            "turns are not learned)"
+        )
+    return "; ".join(parts) + "; raise max_turns / max_length to use them"
 
 
 def _log(path: Path, record: dict[str, Any]) -> None:

@@ -122,3 +122,30 @@ def test_demonstrations_cut_before_any_assistant_turn_are_a_clear_error(tmp_path
         supervised_demonstrations(cfg, ChatFormat(tok))
     rows = demonstrations(cfg, ChatFormat(tok))  # all of them, for the router's training
     assert rows and not any(any(row["assistant_masks"]) for row in rows)
+
+
+def test_demonstrations_lost_to_the_turn_or_length_limit_are_counted_and_said(
+    tmp_path_factory,
+):
+    import pytest
+    from transformers import AutoTokenizer
+
+    from trace_train.warmstart import demonstration_shortfall
+
+    tok = AutoTokenizer.from_pretrained(build_env_tiny(tmp_path_factory.getbasetemp()))
+    counts: dict[str, int] = {}
+    cfg = WarmstartConfig(model="unused", demonstrations=3, max_turns=2, max_length=100_000)
+    with pytest.raises(RuntimeError, match="no oracle demonstration"):  # they need 3+ turns
+        demonstrations(cfg, ChatFormat(tok), counts)
+    assert counts == {"requested": 3, "unfinished": 3, "truncated": 0}
+    said = demonstration_shortfall(cfg, {**counts, "used": 0})
+    assert "3 did not finish within max_turns=2" in said
+    full = demonstrations(
+        WarmstartConfig(model="unused", demonstrations=3, max_turns=8), ChatFormat(tok)
+    )
+    cut_at = max(len(r["input_ids"]) for r in full) - 1  # the longest loses its last token
+    cfg = WarmstartConfig(model="unused", demonstrations=3, max_turns=8, max_length=cut_at)
+    rows = demonstrations(cfg, ChatFormat(tok), counts)
+    assert len(rows) == 3 and counts["truncated"] >= 1 and counts["unfinished"] == 0
+    said = demonstration_shortfall(cfg, {**counts, "used": 3})
+    assert f"cut at max_length={cut_at}" in said and "dropped" not in said
