@@ -77,6 +77,24 @@ def comparison(run_dir: Path, first: str, then: str) -> dict | None:
     }
 
 
+def training_signal(folder: Path) -> dict:
+    """How much of a GRPO run's budget carried a gradient: groups whose rewards differed
+    (a group where every rollout scores the same has zero advantage and teaches nothing)."""
+    import yaml
+
+    group_size = yaml.safe_load((folder / "config.yaml").read_text())["group_size"]
+    lines = [json.loads(x) for x in (folder / "training_log.jsonl").read_text().splitlines()]
+    steps = [x for x in lines if "group/informative_share" in x]
+    groups = sum(x["rollouts/step"] // group_size for x in steps)
+    informative = sum(round(x["group/informative_share"] * x["rollouts/step"] / group_size) for x in steps)  # fmt: skip
+    rewards = [x["reward/mean"] for x in steps]
+    return {
+        "groups": groups,
+        "informative_groups": informative,
+        "mean_train_reward": round(sum(rewards) / len(rewards), 4) if rewards else None,
+    }
+
+
 def summarize(config: PipelineConfig, command: str) -> dict:
     """The benchmark's record, from the run folder's report.json and evaluation logs."""
     from trace_diagnose.stats import wilson
@@ -115,10 +133,16 @@ def summarize(config: PipelineConfig, command: str) -> dict:
         "diagnosed_agent": report["base_policy"],
         "selected_capabilities": report["core"],
         "adapters": [
-            {k: a.get(k) for k in ("capability", "env_id", "steps", "rollouts", "seconds")}
+            {
+                **{k: a.get(k) for k in ("capability", "env_id", "steps", "rollouts", "seconds")},
+                **training_signal(run_dir / Path(a["log"]).parent),
+            }
             for a in report["adapters"]
         ],
-        "plain_grpo": {k: plain.get(k) for k in ("env_id", "steps", "rollouts", "seconds")},
+        "plain_grpo": {
+            **{k: plain.get(k) for k in ("env_id", "steps", "rollouts", "seconds")},
+            **(training_signal(run_dir / Path(plain["log"]).parent) if plain else {}),
+        },
         "trace_rollouts": trace_rollouts,
         "policies": policies,
         "stage_seconds": {name: s.get("seconds") for name, s in stages.items()},

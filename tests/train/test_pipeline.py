@@ -227,5 +227,7 @@ def test_targeted_vs_plain_benchmark_records_equal_budgets_and_paired_comparison
     assert routed["vs_plain_grpo"]["gained"] + routed["vs_plain_grpo"]["lost"] <= 2
     assert routed["vs_base"]["mcnemar_exact_p"] <= 1.0 and by_name["base"]["vs_base"] is None
     assert record["selected_capabilities"] and record["wall_seconds"] > 0
+    for arm in (*record["adapters"], record["plain_grpo"]):
+        assert 0 <= arm["informative_groups"] <= arm["groups"] == arm["steps"]  # one group a step
     bench.plot(record, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 1000
