@@ -106,7 +106,11 @@ def summarize(config: PipelineConfig, command: str) -> dict:
     report = json.loads((run_dir / "report.json").read_text())
     trace_rollouts = sum(a.get("rollouts") or 0 for a in report["adapters"])
     plain = report.get("plain_grpo") or {}
+    # A composition spends every adapter's rollouts; a single adapter only its own.
     rollouts = {"base": 0, "plain-grpo": plain.get("rollouts", 0)}
+    rollouts.update(
+        {f"adapter:{a['capability']}": a.get("rollouts") or 0 for a in report["adapters"]}
+    )
     policies = []
     for row in report["policies"]:
         name, n = row["name"], row["episodes"]
@@ -194,7 +198,11 @@ def main(argv: list[str] | None = None) -> dict:
     config = PipelineConfig.load(args.config, overrides)
     started = time.time()
     run_pipeline(config)
-    record = summarize(config, shlex.join([sys.executable, *sys.argv]))
+    threads = os.environ.get("OMP_NUM_THREADS", "unset")
+    command = f"OMP_NUM_THREADS={threads} python benchmarks/targeted_vs_plain.py"
+    record = summarize(
+        config, " ".join([command, shlex.join(sys.argv[1:] if argv is None else argv)]).strip()
+    )
     record["this_invocation_seconds"] = round(time.time() - started, 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

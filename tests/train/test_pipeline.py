@@ -223,6 +223,8 @@ def test_targeted_vs_plain_benchmark_records_equal_budgets_and_paired_comparison
     assert {"base", "plain-grpo", "routed", "moe"} <= set(by_name)
     assert record["trace_rollouts"] == by_name["plain-grpo"]["rollouts"] > 0  # the same budget
     assert by_name["base"]["rollouts"] == 0 and by_name["routed"]["rollouts"] > 0
+    for arm in record["adapters"]:  # a single adapter spends only its own rollouts
+        assert by_name[f"adapter:{arm['capability']}"]["rollouts"] == arm["rollouts"]
     routed = by_name["routed"]
     assert routed["vs_plain_grpo"]["gained"] + routed["vs_plain_grpo"]["lost"] <= 2
     assert routed["vs_base"]["mcnemar_exact_p"] <= 1.0 and by_name["base"]["vs_base"] is None
