@@ -82,10 +82,30 @@ def measure_one(args: argparse.Namespace) -> None:
         started = time.time()
         result = warmstart.train(cfg)
         end = [json.loads(x) for x in result.log_path.read_text().splitlines()][-1]
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
-    print(json.dumps({"peak_rss_gb": round(peak_kb / 2**20, 2), "train_seconds": end["seconds"],
+    print(json.dumps({"peak_rss_gb": peak_rss_gb(), "train_seconds": end["seconds"],
                       "steps": end["step"], "demonstrations": end["demonstrations"],
                       "process_seconds": round(time.time() - started, 1)}))  # fmt: skip
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)  # kB on Linux
+
+
+def run_variants(script: str, variants: dict[str, dict], child_args: list[str]) -> list[dict]:
+    """Run ``script --one VARIANT`` once per variant, each in a fresh process (so that its peak
+    resident memory is its own); the rows are the numbers each child printed last."""
+    rows = []
+    for name, variant in variants.items():
+        print(f"-- {name}", flush=True)
+        child = [sys.executable, script, *child_args, "--one", json.dumps(variant)]
+        done = subprocess.run(child, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"variant {name!r} failed:\n{done.stderr[-3000:]}")
+        numbers = json.loads(done.stdout.strip().splitlines()[-1])
+        rows.append({"variant": name, "config": variant, **numbers})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 def training_tokens(args: argparse.Namespace) -> list[int]:
@@ -114,19 +134,11 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
 
     lengths = training_tokens(args)
-    rows = []
-    for name, variant in VARIANTS.items():
-        print(f"-- {name}", flush=True)
-        child = [sys.executable, __file__, "--model", args.model, "--demos", str(args.demos),
-                 "--threads", str(args.threads), "--one", json.dumps(variant)]  # fmt: skip
-        done = subprocess.run(child, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise SystemExit(f"variant {name!r} failed:\n{done.stderr[-3000:]}")
-        numbers = json.loads(done.stdout.strip().splitlines()[-1])
-        numbers["tokens_per_second"] = round(sum(lengths) / numbers["train_seconds"], 1)
-        numbers["seconds_per_step"] = round(numbers["train_seconds"] / numbers["steps"], 1)
-        rows.append({"variant": name, "config": variant, **numbers})
-        print(json.dumps(rows[-1]), flush=True)
+    child_args = ["--model", args.model, "--demos", str(args.demos), "--threads", str(args.threads)]
+    rows = run_variants(__file__, VARIANTS, child_args)
+    for row in rows:
+        row["tokens_per_second"] = round(sum(lengths) / row["train_seconds"], 1)
+        row["seconds_per_step"] = round(row["train_seconds"] / row["steps"], 1)
     first = rows[0]
     for row in rows:
         row["memory_vs_old_default"] = round(row["peak_rss_gb"] / first["peak_rss_gb"], 2)

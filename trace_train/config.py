@@ -133,8 +133,9 @@ class GRPORunConfig(RolloutConfig):
     groups_per_step: int = 4
     """Groups (distinct task seeds) per optimizer step."""
     micro_batch_size: int | None = None
-    """Sequences per forward/backward pass; ``null`` = one group. Gradients are accumulated
-    up to ``group_size * groups_per_step`` rollouts per optimizer step."""
+    """Rollouts per forward/backward pass; ``null`` = one group on a GPU, one rollout on a CPU
+    (less memory and faster there: ``trace_train.grpo.micro_batch_size``). Gradients are
+    accumulated up to ``group_size * groups_per_step`` rollouts per optimizer step."""
     learning_rate: float = 1e-5
     """AdamW learning rate (paper: 1e-5)."""
     steps: int = 10

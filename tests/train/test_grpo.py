@@ -83,30 +83,40 @@ class Recorder(TrainerCallback):
         model.get_input_embeddings().register_forward_pre_hook(hook)
 
 
-@pytest.fixture(scope="module")
-def trained(env_tiny, tmp_path_factory):
-    """Two GRPO steps; records weights, forward inputs and the tensors the loss used."""
+def train_with_oracle_hints(cfg: GRPORunConfig, callbacks: list, loss_inputs: list | None = None):
+    """``grpo.train`` with the hinted rollouts playing the oracle (so rewards differ within a
+    group); ``loss_inputs``, when given, receives the tensors of every loss computation."""
+    from trl import GRPOTrainer
+
     mp = pytest.MonkeyPatch()
     holder: dict = {}
     real_play = grpo.play_episodes
+    real_loss = GRPOTrainer._compute_loss
 
     def play(generate, fmt, specs, **kw):
         holder["key"] = specs[0].key()
         return real_play(generate, fmt, specs, **kw)
 
-    loss_inputs: list[dict] = []
-    real_loss = grpo.GRPOTrainer._compute_loss if hasattr(grpo, "GRPOTrainer") else None
-    from trl import GRPOTrainer
-
-    real_loss = GRPOTrainer._compute_loss
-
     def compute_loss(self, model, inputs):
-        loss_inputs.append({k: v.detach().clone() for k, v in inputs.items() if torch.is_tensor(v)})
+        if loss_inputs is not None:
+            loss_inputs.append(
+                {k: v.detach().clone() for k, v in inputs.items() if torch.is_tensor(v)}
+            )
         return real_loss(self, model, inputs)
 
     mp.setattr(grpo, "hf_generate", oracle_on_hinted_rows(holder))
     mp.setattr(grpo, "play_episodes", play)
     mp.setattr(GRPOTrainer, "_compute_loss", compute_loss)
+    try:
+        return grpo.train(cfg, callbacks=callbacks)
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="module")
+def trained(env_tiny, tmp_path_factory):
+    """Two GRPO steps; records weights, forward inputs and the tensors the loss used."""
+    loss_inputs: list[dict] = []
     out = tmp_path_factory.mktemp("grpo_run")
     cfg = GRPORunConfig(
         model=env_tiny, output_dir=str(out), group_size=4, groups_per_step=1, steps=2,
@@ -115,10 +125,7 @@ def trained(env_tiny, tmp_path_factory):
         difficulty=0.0, save_steps=10, seed=0,
     )  # fmt: skip
     recorder = Recorder()
-    try:
-        result = grpo.train(cfg, callbacks=[recorder])
-    finally:
-        mp.undo()
+    result = train_with_oracle_hints(cfg, [recorder], loss_inputs)
     return {"result": result, "rec": recorder, "loss_inputs": loss_inputs, "cfg": cfg}
 
 
@@ -260,6 +267,34 @@ def test_kill_and_resume_continues_from_checkpoint(env_tiny, tmp_path, monkeypat
     assert [x["step"] for x in lines if "event" not in x] == [1, 2, 3]
     assert lines[-2]["rollouts/total"] == 6
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU default")
+def test_one_rollout_per_pass_is_the_same_update_as_one_group(env_tiny, tmp_path):
+    """On a CPU a step passes one rollout at a time by default (less memory, faster there):
+    accumulated over the group it must be the update one pass of the whole group makes."""
+    runs = {}
+    for name, micro in (("group", 4), ("default", None)):
+        cfg = GRPORunConfig(
+            model=env_tiny, output_dir=str(tmp_path / name), group_size=4, groups_per_step=1,
+            steps=1, micro_batch_size=micro, max_turns=4, max_new_tokens=96,
+            max_completion_tokens=1024, learning_rate=1e-2, lora_rank=4, lora_alpha=8,
+            lora_targets=["q_proj", "v_proj"], hint_ratio=0.5, difficulty=0.0, seed=0,
+        )  # fmt: skip
+        args = grpo.trl_config(cfg, tmp_path / name)
+        passes = (args.per_device_train_batch_size, args.gradient_accumulation_steps)
+        result = train_with_oracle_hints(cfg, [])
+        (step,) = [json.loads(x) for x in result.log_path.read_text().splitlines()][:1]
+        lora = {n: p.detach().clone() for n, p in result.model.named_parameters() if "lora_" in n}
+        runs[name] = (passes, step, lora)
+    (group_passes, group_step, group_lora), (passes, step, lora) = runs["group"], runs["default"]
+    assert group_passes == (4, 1) and passes == (1, 4)
+    assert step["tokens/model"] == group_step["tokens/model"]  # the same rollouts
+    assert step["group/reward_variance"] > 0  # so the update is not zero
+    assert step["train/loss"] == pytest.approx(group_step["train/loss"], rel=1e-4, abs=1e-6)
+    assert step["train/grad_norm"] == pytest.approx(group_step["train/grad_norm"], rel=1e-3)
+    for name, tensor in lora.items():
+        torch.testing.assert_close(tensor, group_lora[name], rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU meaning of bf16")
