@@ -123,7 +123,10 @@ def supervised_demonstrations(
 ) -> list[dict[str, list[int]]]:
     """The demonstrations the warm start can learn from: those with an assistant token left
     after truncation to ``max_length`` (the router's training uses all of them)."""
-    rows = [row for row in demonstrations(cfg, fmt, counts) if any(row["assistant_masks"])]
+    every = demonstrations(cfg, fmt, counts)
+    rows = [row for row in every if any(row["assistant_masks"])]
+    if counts is not None:
+        counts["cut_before_first_turn"] = len(every) - len(rows)
     if not rows:
         raise RuntimeError(
             f"every oracle demonstration of {cfg.env_id} is cut off before its first assistant "
@@ -250,6 +253,8 @@ def demonstration_shortfall(cfg: WarmstartConfig, counts: dict[str, int]) -> str
             f"{counts['truncated']} cut at max_length={cfg.max_length} tokens (their later "
             "turns are not learned)"
         )
+    if counts.get("cut_before_first_turn"):
+        parts[-1] += f", {counts['cut_before_first_turn']} of them before the first (dropped)"
     return "; ".join(parts) + "; raise max_turns / max_length to use them"
 
 

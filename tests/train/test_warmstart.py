@@ -149,3 +149,15 @@ def test_demonstrations_lost_to_the_turn_or_length_limit_are_counted_and_said(
     assert len(rows) == 3 and counts["truncated"] >= 1 and counts["unfinished"] == 0
     said = demonstration_shortfall(cfg, {**counts, "used": 3})
     assert f"cut at max_length={cut_at}" in said and "dropped" not in said
+    # Cut before its first assistant turn, a demonstration has nothing to learn: dropped, and
+    # the message accounts for it, so used + dropped = requested.
+    first_turns = [row["assistant_masks"].index(1) for row in full]
+    cut_at = max(first_turns)  # the latest-starting ones lose every assistant token
+    assert min(first_turns) < cut_at  # the task seeds give prompts of different lengths
+    cfg = WarmstartConfig(model="unused", demonstrations=3, max_turns=8, max_length=cut_at)
+    kept = supervised_demonstrations(cfg, ChatFormat(tok), counts)
+    dropped = first_turns.count(cut_at)
+    assert counts["cut_before_first_turn"] == dropped == 3 - len(kept)
+    said = demonstration_shortfall(cfg, {**counts, "used": len(kept)})
+    assert f"learning from {3 - dropped} of 3" in said
+    assert f"{dropped} of them before the first (dropped)" in said
