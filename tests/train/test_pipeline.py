@@ -233,3 +233,80 @@ def test_targeted_vs_plain_benchmark_records_equal_budgets_and_paired_comparison
         assert 0 <= arm["informative_groups"] <= arm["groups"] == arm["steps"]  # one group a step
     bench.plot(record, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 1000
+
+
+def test_redo_runs_a_finished_stage_again_with_the_stages_after_it(tmp_path, monkeypatch):
+    calls: list[str] = []
+
+    def recorder(name):
+        def fn(run, say):
+            calls.append(name)
+            return {"html": str(run.path("report.html"))} if name == "report" else {}
+
+        return fn
+
+    table = with_stages(stages.STAGES, **{st.name: recorder(st.name) for st in stages.STAGES})
+    monkeypatch.setattr(stages, "STAGES", table)
+    cfg = PipelineConfig(run_dir=str(tmp_path / "run"), model="m")
+    run_pipeline(cfg, say=lambda _: None)
+    assert calls == [st.name for st in table]
+    calls.clear()
+    run_pipeline(cfg, say=lambda _: None)
+    assert calls == []  # a plain rerun resumes: everything finished
+    log: list[str] = []
+    run_pipeline(cfg, say=log.append, redo="evaluate")
+    assert calls == ["evaluate", "rediagnose", "report"]
+    assert "redo: evaluate, rediagnose, report" in log
+    with pytest.raises(PipelineError, match="'evaluation': not a stage; stages are warmstart"):
+        run_pipeline(cfg, redo="evaluation")
+
+
+def test_a_saved_evaluation_of_another_size_is_evaluated_again(tmp_path, monkeypatch):
+    cfg = PipelineConfig(run_dir=str(tmp_path), model="m", eval_episodes=3)
+    run = stages.Run(cfg)
+    saved = run.path("evaluate", "base")
+    saved.mkdir(parents=True)  # from a run with eval_episodes=2, interrupted in evaluate
+    summary = {"split": cfg.eval_split, "overall": {"episodes": 2, "success_rate": 0.5}}
+    (saved / "summary.json").write_text(json.dumps(summary))
+    evaluated = []
+
+    def fake_eval(run, spec, env_ids, episodes, split, out, label):
+        evaluated.append((label, episodes))
+        summary = {"split": split, "overall": {"episodes": episodes, "success_rate": 0.0}}
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(summary))
+        return summary
+
+    monkeypatch.setattr(stages, "_eval", fake_eval)
+    stages.stage_evaluate(run, say=lambda _: None)
+    assert evaluated == [("base", 3)]
+    stages.stage_evaluate(run, say=lambda _: None)  # now it is the configured size: kept
+    assert evaluated == [("base", 3)]
+
+
+def test_rediagnosis_of_an_earlier_evaluation_is_done_again(tmp_path, monkeypatch):
+    import os
+
+    run = stages.Run(PipelineConfig(run_dir=str(tmp_path), model="m"))
+    evaluated = run.path("evaluate", "base")
+    evaluated.mkdir(parents=True)
+    episodes = evaluated / "episodes.jsonl"
+    episodes.write_text("")
+    run.mark("diagnose", "done", {"method": "ground_truth"})
+    run.mark("evaluate", "done", {"summaries": {"base": str(evaluated / "summary.json")}})
+    diagnosed = []
+
+    def fake_diagnose(run, inputs, out):
+        diagnosed.append(inputs)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "analysis.json").write_text("{}")
+
+    monkeypatch.setattr(stages, "_diagnose_like_the_base", fake_diagnose)
+    monkeypatch.setattr(stages, "_lacking", lambda folder: {})
+    stages.stage_rediagnose(run, say=lambda _: None)
+    stages.stage_rediagnose(run, say=lambda _: None)  # up to date: kept
+    assert diagnosed == [[str(episodes)]]
+    later = episodes.stat().st_mtime + 10  # the policy evaluated again (trace run --redo)
+    os.utime(episodes, (later, later))
+    stages.stage_rediagnose(run, say=lambda _: None)
+    assert diagnosed == [[str(episodes)]] * 2

@@ -6,10 +6,12 @@ Examples::
     trace run --config my.yaml --llm openai/gpt-4o-mini --set eval_episodes=50
     trace run --set target=trace/service-desk-v0 --set trajectories='["tau2.json"]' \\
         --set train=false --llm openai/gpt-4o-mini
+    trace run --config trace_train/configs/demo_cpu.yaml --set eval_episodes=8 --redo evaluate
     trace status runs/demo
 
 A rerun of the same command resumes: finished stages are skipped, an interrupted one picks up
-where it stopped. Errors print one line (``TRACE_DEBUG=1`` shows the traceback).
+where it stopped; ``--redo STAGE`` runs a finished stage again, and the stages after it.
+Errors print one line (``TRACE_DEBUG=1`` shows the traceback).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.run_dir:
         overrides["run_dir"] = args.run_dir
     config = PipelineConfig.load(args.config, overrides)
-    report = run_pipeline(config)
+    report = run_pipeline(config, redo=args.redo)
     print(f"\nreport: {report}")
     return 0
 
@@ -75,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--run-dir", help="run folder (overrides the config)")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
+    run.add_argument(
+        "--redo",
+        metavar="STAGE",
+        help="run a finished stage again, and every stage after it (e.g. --redo evaluate "
+        "after --set eval_episodes=50)",
+    )
     run.set_defaults(fn=cmd_run)
     st = sub.add_parser("status", help="which stages of a run folder finished")
     st.add_argument("run_dir")

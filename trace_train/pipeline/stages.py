@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -227,6 +228,12 @@ class Run:
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.state, indent=2, default=str))
         tmp.replace(self.state_path)
+
+    def forget(self, names: list[str]) -> None:
+        """Mark stages as never run, so that the next ``run_pipeline`` runs them again."""
+        for name in names:
+            self.state.pop(name, None)
+        self.state_path.write_text(json.dumps(self.state, indent=2, default=str))
 
     @property
     def base_model(self) -> str:
@@ -598,7 +605,7 @@ def stage_evaluate(run: Run, say: Say) -> dict[str, Any]:
     for name, spec in policies(run).items():
         out = run.path("evaluate", name.replace(":", "__"))
         summary_path = out / "summary.json"
-        if summary_path.exists():
+        if summary_path.exists() and _evaluated_as_configured(run, summary_path):
             results[name] = str(summary_path)
             continue
         summary = _eval(run, spec, [cfg.target], cfg.eval_episodes, cfg.eval_split, out, name)
@@ -606,6 +613,16 @@ def stage_evaluate(run: Run, say: Say) -> dict[str, Any]:
         say(f"evaluate: {name} success {rate:.0%} on {cfg.eval_episodes} {cfg.eval_split} tasks")
         results[name] = str(summary_path)
     return {"summaries": results}
+
+
+def _evaluated_as_configured(run: Run, summary_path: Path) -> bool:
+    """Whether a saved evaluation (of a run interrupted during ``evaluate``) has the episode
+    count and split this config asks for; one that does not is evaluated again."""
+    summary = json.loads(summary_path.read_text())
+    return (
+        summary.get("overall", {}).get("episodes") == run.config.eval_episodes
+        and summary.get("split") == run.config.eval_split
+    )
 
 
 def _diagnose_like_the_base(run: Run, inputs: list[str], out: Path) -> None:
@@ -651,10 +668,12 @@ def stage_rediagnose(run: Run, say: Say) -> dict[str, Any]:
     folders = {}
     for name, summary in run.output("evaluate").get("summaries", {}).items():
         out = run.path("rediagnose", name.replace(":", "__"))
+        episodes = Path(summary).with_name("episodes.jsonl")
+        if _older_than(out, episodes):  # diagnosed from an earlier evaluation (--redo)
+            shutil.rmtree(out)
         if not (out / "analysis.json").exists():
-            episodes = str(Path(summary).with_name("episodes.jsonl"))
             say(f"rediagnose: {name} on its {cfg.eval_episodes} {cfg.eval_split} episodes")
-            _diagnose_like_the_base(run, [episodes], out)
+            _diagnose_like_the_base(run, [str(episodes)], out)
         folders[name] = str(out)
     before = _lacking(run.path("diagnose"))
     after = {name: _lacking(Path(folder)) for name, folder in folders.items()}
@@ -680,6 +699,13 @@ def stage_rediagnose(run: Run, say: Say) -> dict[str, Any]:
             now = now or "no held-out episode needed it"
             say(f"rediagnose: {row['capability']} LACKING {_pct(row['before'])} before; {now}")
     return {"folders": folders, "table": str(run.path("rediagnose", "lacking.json"))}
+
+
+def _older_than(folder: Path, source: Path) -> bool:
+    """Whether ``folder`` holds a file written before ``source`` was (last) written, so it
+    was derived from an earlier version; an interrupted job's newer files are kept."""
+    written = [f.stat().st_mtime for f in folder.rglob("*") if f.is_file()]
+    return bool(written) and min(written) < source.stat().st_mtime
 
 
 def _pct(rates: dict[str, Any] | None) -> str:
@@ -722,14 +748,31 @@ STAGES: tuple[Stage, ...] = (
 """Every stage of ``trace run``, in the order it runs."""
 
 
-def run_pipeline(config: PipelineConfig, say: Say = print) -> Path:
-    """Run (or resume) every stage; return the path of the final HTML report."""
+def run_pipeline(config: PipelineConfig, say: Say = print, redo: str | None = None) -> Path:
+    """Run (or resume) every stage; return the path of the final HTML report.
+
+    ``redo`` names a finished stage to run again, with every stage after it (e.g. ``evaluate``
+    after raising ``eval_episodes``). Training resumes from its checkpoints, so a redone
+    ``train`` continues to a larger ``grpo.steps`` rather than starting over."""
+    names = [stage.name for stage in STAGES]
+    if redo is not None and redo not in names:
+        raise PipelineError(f"--redo {redo!r}: not a stage; stages are {', '.join(names)}")
     run = Run(config)
     saved = run.path("config.yaml")
-    if saved.exists():
+    if saved.exists() and redo is None:
         previous = yaml.safe_load(saved.read_text()) or {}
         if previous != dataclasses.asdict(config):
-            say(f"note: {saved} differs from this config; finished stages keep their results")
+            say(
+                f"note: {saved} differs from this config; finished stages keep their results "
+                "(--redo STAGE runs one again, with the stages after it)"
+            )
+    if redo is not None:
+        again = names[names.index(redo) :]
+        run.forget(again)
+        if "evaluate" in again:  # the adapters may have changed: no saved evaluation stands
+            for summary in run.path("evaluate").glob("*/summary.json"):
+                summary.unlink()
+        say(f"redo: {', '.join(again)}")
     saved.write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
     if config.trajectories and config.train and not config.target:
         raise PipelineError("training needs a trace_gym target to evaluate on; set train: false")
