@@ -197,6 +197,17 @@ def test_bad_config_is_one_clear_error(tmp_path):
     from trace_train.pipeline.cli import main
 
     assert main(["run", "--set", "difficulty=3", "--run-dir", str(tmp_path / "r")]) == 2
+    with pytest.raises(PipelineError, match="grpo has no setting 'stepz'"):
+        PipelineConfig.load(None, {"grpo.stepz": 3})
+    with pytest.raises(PipelineError, match=r"only \['grpo', 'warmstart'\] take KEY.NAME"):
+        PipelineConfig.load(None, {"eval.episodes": 3})
+
+
+def test_a_dotted_override_sets_one_key_of_a_section(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("target: trace/service-desk-v0\ngrpo: {steps: 1, group_size: 2}\n")
+    cfg = PipelineConfig.load(path, {"grpo.steps": 4, "warmstart.epochs": 3})
+    assert cfg.grpo == {"steps": 4, "group_size": 2} and cfg.warmstart == {"epochs": 3}
 
 
 def test_evaluate_adapters_false_leaves_single_adapters_out_of_the_evaluation(tmp_path):
@@ -310,3 +321,17 @@ def test_rediagnosis_of_an_earlier_evaluation_is_done_again(tmp_path, monkeypatc
     os.utime(episodes, (later, later))
     stages.stage_rediagnose(run, say=lambda _: None)
     assert diagnosed == [[str(episodes)]] * 2
+
+
+def test_an_adapter_is_reused_only_if_trained_with_the_same_settings(tmp_path):
+    from trace_train.config import GRPORunConfig, save_config
+
+    out = tmp_path / "train" / "precondition_verification"
+    cfg = GRPORunConfig(model="m", env_id="trace/precondition-v0", steps=2, output_dir=str(out))
+    (out / "adapter").mkdir(parents=True)
+    save_config(cfg, out / "config.yaml")  # what grpo.train writes
+    assert not stages._trained_as_configured(out, cfg)  # no adapter saved: interrupted
+    (out / "adapter" / "adapter_config.json").write_text("{}")
+    assert stages._trained_as_configured(out, cfg)
+    more = dataclasses.replace(cfg, steps=4)  # --set grpo.steps=4 --redo train: GRPO resumes
+    assert not stages._trained_as_configured(out, more)

@@ -172,19 +172,48 @@ class PipelineConfig:
     def load(
         cls, path: str | Path | None, overrides: dict[str, Any] | None = None
     ) -> PipelineConfig:
-        """From a YAML file (or defaults) plus overrides; unknown keys are an error."""
+        """From a YAML file (or defaults) plus overrides; unknown keys are an error. An
+        override ``grpo.steps`` (or ``warmstart.epochs``) sets one key of that section and
+        keeps the rest of the file's section."""
         data: dict[str, Any] = {}
         if path is not None:
             try:
                 data = yaml.safe_load(Path(path).read_text()) or {}
             except (OSError, yaml.YAMLError) as exc:
                 raise PipelineError(f"cannot read config {path}: {exc}") from exc
-        data.update(overrides or {})
+        for key, value in (overrides or {}).items():
+            section, dot, name = key.partition(".")
+            if not dot:
+                data[key] = value
+                continue
+            if section not in SECTIONS:
+                raise PipelineError(f"{key}: only {sorted(SECTIONS)} take KEY.NAME overrides")
+            fields = {f.name for f in dataclasses.fields(SECTIONS[section]())}
+            if name not in fields:
+                raise PipelineError(f"{key}: {section} has no setting {name!r}; settings: "
+                                    f"{sorted(fields)}")  # fmt: skip
+            data[section] = {**(data.get(section) or {}), name: value}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise PipelineError(f"unknown config key(s) {unknown}; known: {sorted(known)}")
         return cls(**data)
+
+
+def _grpo_settings() -> type:
+    from trace_train.config import GRPORunConfig
+
+    return GRPORunConfig
+
+
+def _warmstart_settings() -> type:
+    from trace_train.config import WarmstartConfig
+
+    return WarmstartConfig
+
+
+SECTIONS: dict[str, Callable[[], type]] = {"grpo": _grpo_settings, "warmstart": _warmstart_settings}
+"""Config fields that hold another config's settings (for ``--set grpo.steps=4``)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,13 +543,13 @@ def stage_train(run: Run, say: Say) -> dict[str, Any]:
         if not cfg.train or item["env_id"] is None:
             continue
         out = run.path("train", item["capability"])
-        if (out / "adapter" / "adapter_config.json").exists():
+        grpo_cfg = _grpo_config(run, item["env_id"], out)
+        if _trained_as_configured(out, grpo_cfg):
             adapters[item["capability"]] = {
                 "adapter": str(out / "adapter"),
                 "env_id": item["env_id"],
             }
             continue
-        grpo_cfg = _grpo_config(run, item["env_id"], out)
         say(f"train: GRPO on {item['env_id']} for {item['capability']} ({grpo_cfg.steps} steps)")
         result = grpo_train(grpo_cfg)
         adapters[item["capability"]] = {
@@ -544,10 +573,22 @@ def _train_plain_grpo(run: Run, say: Say, n_adapters: int) -> dict[str, Any]:
     rollouts = steps * grpo_cfg.groups_per_step * grpo_cfg.group_size
     record = {"adapter": str(out / "adapter"), "env_id": target, "steps": steps,
               "rollouts": rollouts}  # fmt: skip
-    if not (out / "adapter" / "adapter_config.json").exists():
+    if not _trained_as_configured(out, grpo_cfg):
         say(f"train: plain GRPO on the target {target} ({steps} steps, {rollouts} rollouts)")
         grpo_train(grpo_cfg)
     return record
+
+
+def _trained_as_configured(out: Path, grpo_cfg: GRPORunConfig) -> bool:
+    """Whether ``out`` holds an adapter trained with exactly these settings; otherwise GRPO
+    runs (again), resuming from its checkpoints, e.g. to a larger ``steps`` after
+    ``trace run --redo train``."""
+    saved = out / "config.yaml"
+    return (
+        (out / "adapter" / "adapter_config.json").exists()
+        and saved.exists()
+        and yaml.safe_load(saved.read_text()) == dataclasses.asdict(grpo_cfg)
+    )
 
 
 def _grpo_config(run: Run, env_id: str, out: Path, **extra: Any) -> GRPORunConfig:
