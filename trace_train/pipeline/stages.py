@@ -254,15 +254,18 @@ class Run:
             entry["output"] = output
         if seconds is not None:
             entry["seconds"] = round(seconds, 1)
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state, indent=2, default=str))
-        tmp.replace(self.state_path)
+        self._save()
 
     def forget(self, names: list[str]) -> None:
         """Mark stages as never run, so that the next ``run_pipeline`` runs them again."""
         for name in names:
             self.state.pop(name, None)
-        self.state_path.write_text(json.dumps(self.state, indent=2, default=str))
+        self._save()
+
+    def _save(self) -> None:
+        tmp = self.state_path.with_suffix(".tmp")  # a kill mid-write leaves the old file whole
+        tmp.write_text(json.dumps(self.state, indent=2, default=str))
+        tmp.replace(self.state_path)
 
     @property
     def base_model(self) -> str:
