@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from warmstart_memory import peak_rss_gb, run_variants  # noqa: E402
+from warmstart_memory import peak_rss_gb, run_variants, write_report  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -135,18 +134,9 @@ def main(argv: list[str] | None = None) -> dict:
         # Sampling is seeded, so every variant should play the same rollouts; if not, their
         # decode times differ too and only the backward columns compare.
         "same_rollouts": all(r["rollout_tokens"] == first["rollout_tokens"] for r in rows),
-        "lora": "rank 16 on q/k/v/o, base frozen, bf16 autocast where the CPU has it",
-        "threads": args.threads,
         "variants": rows,
-        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-        "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/grpo_memory.py "
-        + shlex.join(sys.argv[1:] if argv is None else argv).strip(),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
-    return report
+    return write_report(report, __file__, args, argv)
 
 
 if __name__ == "__main__":

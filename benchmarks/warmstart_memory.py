@@ -108,6 +108,26 @@ def run_variants(script: str, variants: dict[str, dict], child_args: list[str]) 
     return rows
 
 
+def write_report(
+    report: dict, script: str, args: argparse.Namespace, argv: list[str] | None
+) -> dict:
+    """Add what every memory benchmark records (LoRA, threads, load, the command that ran),
+    write it to ``args.out`` and print it."""
+    report = {
+        **report,
+        "lora": "rank 16 on q/k/v/o, base frozen, bf16 autocast where the CPU has it",
+        "threads": args.threads,
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/{Path(script).name} "
+        + shlex.join(sys.argv[1:] if argv is None else argv).strip(),
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    return report
+
+
 def training_tokens(args: argparse.Namespace) -> list[int]:
     """Length of each demonstration conversation (the oracle plays, no model runs)."""
     from transformers import AutoTokenizer
@@ -152,18 +172,9 @@ def main(argv: list[str] | None = None) -> dict:
             "max": max(lengths),
             "mean": round(sum(lengths) / len(lengths)),
         },  # fmt: skip
-        "lora": "rank 16 on q/k/v/o, base frozen, bf16 autocast where the CPU has it",
-        "threads": args.threads,
         "variants": rows,
-        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-        "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/warmstart_memory.py "
-        + shlex.join(sys.argv[1:] if argv is None else argv).strip(),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
-    return report
+    return write_report(report, __file__, args, argv)
 
 
 if __name__ == "__main__":

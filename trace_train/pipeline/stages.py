@@ -181,14 +181,17 @@ class PipelineConfig:
                 data = yaml.safe_load(Path(path).read_text()) or {}
             except (OSError, yaml.YAMLError) as exc:
                 raise PipelineError(f"cannot read config {path}: {exc}") from exc
+        from trace_train.config import GRPORunConfig, WarmstartConfig
+
+        sections = {"grpo": GRPORunConfig, "warmstart": WarmstartConfig}  # settings of others
         for key, value in (overrides or {}).items():
             section, dot, name = key.partition(".")
             if not dot:
                 data[key] = value
                 continue
-            if section not in SECTIONS:
-                raise PipelineError(f"{key}: only {sorted(SECTIONS)} take KEY.NAME overrides")
-            fields = {f.name for f in dataclasses.fields(SECTIONS[section]())}
+            if section not in sections:
+                raise PipelineError(f"{key}: only {sorted(sections)} take KEY.NAME overrides")
+            fields = {f.name for f in dataclasses.fields(sections[section])}
             if name not in fields:
                 raise PipelineError(f"{key}: {section} has no setting {name!r}; settings: "
                                     f"{sorted(fields)}")  # fmt: skip
@@ -198,22 +201,6 @@ class PipelineConfig:
         if unknown:
             raise PipelineError(f"unknown config key(s) {unknown}; known: {sorted(known)}")
         return cls(**data)
-
-
-def _grpo_settings() -> type:
-    from trace_train.config import GRPORunConfig
-
-    return GRPORunConfig
-
-
-def _warmstart_settings() -> type:
-    from trace_train.config import WarmstartConfig
-
-    return WarmstartConfig
-
-
-SECTIONS: dict[str, Callable[[], type]] = {"grpo": _grpo_settings, "warmstart": _warmstart_settings}
-"""Config fields that hold another config's settings (for ``--set grpo.steps=4``)."""
 
 
 # ---------------------------------------------------------------------------------------------
