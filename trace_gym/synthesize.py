@@ -133,22 +133,40 @@ def vocabulary_text() -> str:
     return "\n".join(lines)
 
 
+def diagnosed_capability(run_dir: str | Path, capability: str) -> dict[str, Any] | None:
+    """The row of ``capability`` in a ``trace-diagnose`` run's ``capabilities.json`` (its
+    rubric: ``definition``, ``lacking_when``, ``present_when``, ``examples``), or None when the
+    run has no rubric or the rubric does not name it. Reads the file as trace_diagnose writes
+    it (``{"capabilities": [...]}``), a bare list, or the paper's candidate file
+    (``{"candidates": [...]}`` with ``description`` for ``definition``); trace_gym may not
+    import trace_diagnose, so this is the one reader for trace_gym and ``trace run``."""
+    path = Path(run_dir) / "capabilities.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the capability rubric ({exc})") from exc
+    rows = data.get("capabilities", data.get("candidates")) if isinstance(data, dict) else data
+    for row in rows if isinstance(rows, list) else []:
+        if isinstance(row, dict) and row.get("name") == capability:
+            if not row.get("definition") and row.get("description"):
+                row = {**row, "definition": row["description"]}
+            return row
+    return None
+
+
 def evidence_from_diagnosis(run_dir: str | Path, capability: str, limit: int = 8) -> str:
     """The capability's definition and quoted failures from a ``trace-diagnose`` run."""
     run = Path(run_dir)
     if not run.is_dir():
         raise ConfigError(f"--from-diagnosis: {run} is not a directory")
     parts, quotes = [], []
-    caps = run / "capabilities.json"
-    if caps.is_file():
-        data = json.loads(caps.read_text())
-        rows = data.get("capabilities", data) if isinstance(data, dict) else data
-        for row in rows if isinstance(rows, list) else []:
-            if isinstance(row, dict) and row.get("name") == capability:
-                for key in ("definition", "lacking_when", "present_when"):
-                    if row.get(key):
-                        parts.append(f"{key}: {row[key]}")
-                quotes += [str(e) for e in row.get("examples", [])]
+    row = diagnosed_capability(run, capability) or {}
+    for key in ("definition", "lacking_when", "present_when"):
+        if row.get(key):
+            parts.append(f"{key}: {row[key]}")
+    quotes += [str(e) for e in row.get("examples", [])]
     for labels in sorted((run / "labels").glob("run_*.json")) if (run / "labels").is_dir() else []:
         _collect_quotes(json.loads(labels.read_text()), capability, quotes)
     quotes = list(dict.fromkeys(q for q in quotes if q))[:limit]

@@ -220,3 +220,32 @@ def test_static_check_catches_escapes_without_running_them():
         problems = static_check(source)
         assert any(phrase in p for p in problems), (source, problems)
     assert static_check(CORRECT) == []
+
+
+@pytest.mark.parametrize(
+    "rubric",
+    [
+        {"format": 1, "capabilities": [{"name": CAPABILITY, "definition": "Credit points."}]},
+        [{"name": CAPABILITY, "definition": "Credit points."}],
+        {"candidates": [{"name": CAPABILITY, "description": "Credit points."}]},  # the paper's
+    ],
+    ids=["trace_diagnose", "bare_list", "paper_candidates"],
+)
+def test_diagnosed_capability_reads_every_rubric_shape(tmp_path, rubric):
+    from trace_gym.synthesize import diagnosed_capability, evidence_from_diagnosis
+
+    (tmp_path / "capabilities.json").write_text(json.dumps(rubric))
+    row = diagnosed_capability(tmp_path, CAPABILITY)
+    assert row is not None and row["definition"] == "Credit points."
+    assert diagnosed_capability(tmp_path, "other_capability") is None
+    assert evidence_from_diagnosis(tmp_path, CAPABILITY) == "definition: Credit points."
+
+
+def test_diagnosed_capability_without_a_rubric_or_with_a_broken_one(tmp_path):
+    from trace_gym.errors import ConfigError
+    from trace_gym.synthesize import diagnosed_capability
+
+    assert diagnosed_capability(tmp_path, CAPABILITY) is None
+    (tmp_path / "capabilities.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="cannot read the capability rubric"):
+        diagnosed_capability(tmp_path, CAPABILITY)
