@@ -471,8 +471,9 @@ def diagnose_from_ground_truth(
     """Diagnose trace_gym episodes without an LLM: the environment's capability-tagged checks
     label them (a capability in ``lacking_capabilities`` is LACKING, a required one PRESENT,
     others NA), then the same analysis and report as an LLM diagnosis. Writes
-    ``analysis.json``, ``labels/run_01.json`` and ``report.html`` into ``run_dir``; returns the
-    analysis. Raises ``ConfigError`` when no trajectory carries ground truth."""
+    ``analysis.json``, ``labels/run_01.json``, ``env_matches.json`` and ``report.html`` into
+    ``run_dir``; returns the analysis. Raises ``ConfigError`` when no trajectory carries
+    ground truth."""
     trajectories = (
         list(inputs)
         if inputs and all(isinstance(t, Trajectory) for t in inputs)
@@ -494,6 +495,7 @@ def diagnose_from_ground_truth(
 
     core = [Capability(name=c, definition=c.replace("_", " ")) for c in analysis["core"]]
     matches = asyncio.run(map_envs(core, None, None, show_progress=False))
+    write_json(RunDir(out).env_matches, matches)
     report_summary = {"labeller": "environment ground truth (no LLM)", **(summary or {})}
     write_report(out, analysis, [], matches, runs, trajectories, summary=report_summary)
     return analysis
