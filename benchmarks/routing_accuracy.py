@@ -42,7 +42,7 @@ def main() -> None:
         task_routing_accuracy,
     )
     from trace_train.embedded import resolve_model
-    from trace_train.pipeline.compose import describe
+    from trace_train.pipeline.compositions import describe
 
     base = resolve_model(args.model)
     envs = [e for e in load_registry() if e.id != "trace/service-desk-v0"]

@@ -6,7 +6,7 @@ One ``trace run`` (default ``trace_train/configs/compare_cpu.yaml``) does every 
 2. diagnose the config's base agent on the target's eval split (ground-truth labels from the
    verifier's capability-tagged checks) and select the capabilities to train: the scripted
    agent with planted gaps in compare_cpu.yaml (the warm-started 135M model solved no task,
-   which selects nothing), the model itself when ``base_policy`` is unset;
+   which selects nothing), the model itself when ``diagnose.agent`` is unset;
 3. TRACE: one GRPO adapter per selected capability, on that capability's environment;
    plain GRPO: one adapter on the target's own train split with as many rollouts as all the
    capability adapters together (same GRPO settings);
@@ -21,7 +21,7 @@ resumes, so an interrupted benchmark picks up where it stopped.
 
     OMP_NUM_THREADS=2 python benchmarks/targeted_vs_plain.py   # ~2 h on 2 cores: warm start
                                                                # 36 min, GRPO 54, evaluation 21
-    python benchmarks/targeted_vs_plain.py --set grpo.steps=... --set eval_episodes=200
+    python benchmarks/targeted_vs_plain.py --set grpo.steps=... --set evaluate.episodes=200
 """
 
 from __future__ import annotations

@@ -316,7 +316,11 @@ def preset_path(name_or_path: str) -> Path:
 
 
 def load_config(
-    cls: type[T], source: str | list[str] | None = None, overrides: dict[str, Any] | None = None
+    cls: type[T],
+    source: str | list[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    drop_none: bool = True,
 ) -> T:
     """Build ``cls`` from defaults, then YAML files or presets (later ones win), then
     ``overrides``.
@@ -324,6 +328,9 @@ def load_config(
     Unknown keys fail with the list of known ones (a typo never passes silently). A YAML file
     may hold the fields at top level, or under a section named like the command
     (``grpo:`` / ``warmstart:`` / ``eval:``), so one file can configure a whole pipeline.
+    An override of ``None`` is dropped (a CLI flag left unset) unless ``drop_none=False``
+    (settings from a file, where ``null`` clears the preset's value, e.g.
+    ``difficulty_max: null``).
     """
     values: dict[str, Any] = {}
     sources = [source] if isinstance(source, str) else list(source or [])
@@ -337,7 +344,7 @@ def load_config(
         values.update(
             {k: v for k, v in data.items() if not isinstance(v, dict) or k == "env_kwargs"}
         )
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None or not drop_none})
     known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(values) - known)
     if unknown:

@@ -26,7 +26,7 @@ def reports(tmp_path, stub, planted, monkeypatch):
         train=False,
         llm="openai/stub",
         llm_api_base=stub.api_base,
-        label_runs=2,
+        diagnose={"label_runs": 2},
     )
     run_report = run_pipeline(cfg, say=lambda _: None)
     return {"run": run_report, "diagnosis": tmp_path / "run" / "diagnose" / "report.html"}

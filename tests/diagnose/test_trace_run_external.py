@@ -26,7 +26,7 @@ def external(tmp_path, stub, files, **extra):
         train=False,
         llm="openai/stub",
         llm_api_base=stub.api_base,
-        label_runs=2,
+        diagnose={"label_runs": 2},
         **extra,
     )
 

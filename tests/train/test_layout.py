@@ -16,7 +16,8 @@ MOVED = {
     "trace_train.export": "trace_train.compose.export",
     "trace_train.compose_cli": "trace_train.compose.cli",
     "trace_train.pipeline_report": "trace_train.pipeline.report",
-    "trace_train.pipeline_compose": "trace_train.pipeline.compose",
+    "trace_train.pipeline_compose": "trace_train.pipeline.compositions",
+    "trace_train.pipeline.compose": "trace_train.pipeline.compositions",
     "trace_train.pipeline_cli": "trace_train.pipeline.cli",
 }
 """The flat module paths removed after their release of re-exports, and where each moved

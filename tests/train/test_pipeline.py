@@ -24,18 +24,14 @@ def tiny_config(tmp_path, model_dir, **overrides) -> PipelineConfig:
         "run_dir": str(tmp_path / "run"),
         "target": "trace/service-desk-v0",
         "model": model_dir,
-        "base_policy": PROFILE,
-        "diagnose_episodes": 120,
+        "diagnose": {"agent": PROFILE, "episodes": 120},
         "preset": "cpu_tiny",
         "grpo": {"steps": 1, "group_size": 2, "max_new_tokens": 8},  # the smallest real update
         "max_adapters": 1,
         "plain_grpo": True,  # the paper's baseline at the adapters' rollouts
-        "router_sequences": 2,
-        "router_steps": 5,
-        "eval_episodes": 2,
-        "max_turns": 3,
-        "max_new_tokens": 8,
-        "batch_size": 2,
+        "compose": {"router_sequences": 2, "router_steps": 5},
+        "evaluate": {"episodes": 2},
+        "generation": {"max_turns": 3, "max_new_tokens": 8, "batch_size": 2},
         "tool_prompt": "compact",  # the CPU setting, passed to every stage
     }
     values.update(overrides)
@@ -192,14 +188,16 @@ def test_report_renders_in_headless_chromium(finished_run, tmp_path):
 def test_bad_config_is_one_clear_error(tmp_path):
     with pytest.raises(PipelineError, match="unknown config key"):
         PipelineConfig.load(None, {"eval_episdoes": 3})
-    with pytest.raises(PipelineError, match="compose"):
-        PipelineConfig(compose=["soup"])
+    with pytest.raises(PipelineError, match=r"compose.kinds=\['soup'\]: unknown"):
+        PipelineConfig(compose={"kinds": ["soup"]})
     from trace_train.pipeline.cli import main
 
     assert main(["run", "--set", "difficulty=3", "--run-dir", str(tmp_path / "r")]) == 2
-    with pytest.raises(PipelineError, match="grpo has no setting 'stepz'"):
+    with pytest.raises(PipelineError, match="grpo.stepz: unknown setting; did you mean 'steps'"):
         PipelineConfig.load(None, {"grpo.stepz": 3})
-    with pytest.raises(PipelineError, match=r"only \['grpo', 'warmstart'\] take KEY.NAME"):
+    with pytest.raises(PipelineError, match="evaluate.episdoes: unknown setting; did you mean"):
+        PipelineConfig.load(None, {"evaluate.episdoes": 3})
+    with pytest.raises(PipelineError, match="'eval' is not a section; sections: "):
         PipelineConfig.load(None, {"eval.episodes": 3})
 
 
@@ -218,7 +216,7 @@ def test_evaluate_adapters_false_leaves_single_adapters_out_of_the_evaluation(tm
     (tmp_path / "stages.json").write_text(json.dumps(state))
     every = stages.policies(stages.Run(PipelineConfig(run_dir=str(tmp_path), model="m")))
     assert set(every) == {"base", "adapter:precondition_verification", "plain-grpo", "routed"}
-    cfg = PipelineConfig(run_dir=str(tmp_path), model="m", evaluate_adapters=False)
+    cfg = PipelineConfig(run_dir=str(tmp_path), model="m", evaluate={"adapters": False})
     assert set(stages.policies(stages.Run(cfg))) == {"base", "plain-grpo", "routed"}
 
 
@@ -273,22 +271,22 @@ def test_redo_runs_a_finished_stage_again_with_the_stages_after_it(tmp_path, mon
 
 
 def test_a_saved_evaluation_of_another_size_is_evaluated_again(tmp_path, monkeypatch):
-    cfg = PipelineConfig(run_dir=str(tmp_path), model="m", eval_episodes=3)
+    cfg = PipelineConfig(run_dir=str(tmp_path), model="m", evaluate={"episodes": 3})
     run = stages.Run(cfg)
     saved = run.path("evaluate", "base")
-    saved.mkdir(parents=True)  # from a run with eval_episodes=2, interrupted in evaluate
-    summary = {"split": cfg.eval_split, "overall": {"episodes": 2, "success_rate": 0.5}}
+    saved.mkdir(parents=True)  # from a run with evaluate.episodes=2, interrupted in evaluate
+    summary = {"split": cfg.evaluate.split, "overall": {"episodes": 2, "success_rate": 0.5}}
     (saved / "summary.json").write_text(json.dumps(summary))
     evaluated = []
 
-    def fake_eval(run, spec, env_ids, episodes, split, out, label):
+    def fake_eval(run, spec, episodes, split, out, label):
         evaluated.append((label, episodes))
         summary = {"split": split, "overall": {"episodes": episodes, "success_rate": 0.0}}
         out.mkdir(parents=True, exist_ok=True)
         (out / "summary.json").write_text(json.dumps(summary))
         return summary
 
-    monkeypatch.setattr(stages, "_eval", fake_eval)
+    monkeypatch.setattr(stages, "_evaluate", fake_eval)
     stages.stage_evaluate(run, say=lambda _: None)
     assert evaluated == [("base", 3)]
     stages.stage_evaluate(run, say=lambda _: None)  # now it is the configured size: kept

@@ -25,23 +25,21 @@ SWE_ENVS = {
 def test_swe_cpu_config_runs_the_loop_on_a_tiny_model(tmp_path, tiny_model_dir):
     shipped = PipelineConfig.load(CONFIG)
     assert shipped.target == "trace/swe-repair-v0" and shipped.llm is None
+    assert shipped.grpo["env_kwargs"] == {"config": {"n_fillers": 8}}
     cfg = PipelineConfig.load(
         CONFIG,
         {
             "run_dir": str(tmp_path / "run"),
             "model": tiny_model_dir,
             "preset": "cpu_tiny",
-            "warmstart_demonstrations": 0,
-            "diagnose_episodes": 40,
+            "warmstart.demonstrations": 0,
+            "diagnose.episodes": 40,
             # the shipped config's smallest modules, the smallest real update
-            "grpo": {**shipped.grpo, "steps": 1, "group_size": 2, "max_new_tokens": 8},
+            "grpo": {"steps": 1, "group_size": 2, "max_new_tokens": 8},
             "max_adapters": 1,
-            "compose": [],
-            "routing_check_tasks": 0,
-            "eval_episodes": 2,
-            "max_turns": 2,
-            "max_new_tokens": 8,
-            "batch_size": 2,
+            "compose": {"kinds": [], "routing_check_tasks": 0},
+            "evaluate.episodes": 2,
+            "generation": {"max_turns": 2, "max_new_tokens": 8, "batch_size": 2},
         },
     )
     log: list[str] = []

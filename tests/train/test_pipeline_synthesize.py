@@ -52,6 +52,9 @@ def diagnosed_run(tmp_path, **overrides) -> PipelineConfig:
     (run_dir / "diagnose" / "analysis.json").write_text(json.dumps(analysis))
     caps = [{"name": CAPABILITY, "definition": DEFINITION}]
     (run_dir / "diagnose" / "capabilities.json").write_text(json.dumps(caps))
+    no_match = {"capability": CAPABILITY, "env_ids": [], "method": "none",
+                "needs_new_environment": True}  # fmt: skip
+    (run_dir / "diagnose" / "env_matches.json").write_text(json.dumps([no_match]))
     done = {"status": "done"}
     state = {
         "warmstart": {**done, "output": {"skipped": "warm start off"}},
@@ -76,16 +79,13 @@ def synthesized_run(tmp_path_factory, tiny_model_dir):
         cfg = diagnosed_run(
             tmp,
             model=tiny_model_dir,
-            synthesis_llm="openai/stub",
+            synthesize={"llm": "openai/stub", "attempts": 2},
             llm_api_base=llm.api_base,
-            synthesis_attempts=2,
             preset="cpu_tiny",
             grpo={"steps": 1, "group_size": 2, "max_new_tokens": 8},
-            compose=[],
-            eval_episodes=2,
-            max_turns=2,
-            max_new_tokens=8,
-            batch_size=2,
+            compose={"kinds": []},
+            evaluate={"episodes": 2},
+            generation={"max_turns": 2, "max_new_tokens": 8, "batch_size": 2},
             tool_prompt="compact",
         )
         log: list[str] = []

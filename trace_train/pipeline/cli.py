@@ -3,11 +3,17 @@
 Examples::
 
     trace run --config trace_train/configs/demo_cpu.yaml
-    trace run --config my.yaml --llm openai/gpt-4o-mini --set eval_episodes=50
+    trace run --config my.yaml --llm openai/gpt-4o-mini --set evaluate.episodes=50
     trace run --set target=trace/service-desk-v0 --set trajectories='["tau2.json"]' \\
         --set train=false --llm openai/gpt-4o-mini
-    trace run --config trace_train/configs/demo_cpu.yaml --set eval_episodes=8 --redo evaluate
+    trace run --config trace_train/configs/demo_cpu.yaml --set evaluate.episodes=8 --redo evaluate
+    trace run --config trace_train/configs/demo_cpu.yaml --set grpo.steps=4 --redo train
     trace status runs/demo
+
+``--set KEY=VALUE`` sets any field of ``trace_train.pipeline.PipelineConfig`` (the value is
+YAML: ``8``, ``true``, ``[routed]``); ``--set SECTION.NAME=VALUE`` one setting of a section
+(``diagnose``, ``synthesize``, ``warmstart``, ``grpo``, ``compose``, ``evaluate``,
+``generation``).
 
 A rerun of the same command resumes: finished stages are skipped, an interrupted one picks up
 where it stopped; ``--redo STAGE`` runs a finished stage again, and the stages after it.
@@ -20,6 +26,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 
 import yaml
 
@@ -42,7 +49,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides["llm"] = args.llm
     if args.run_dir:
         overrides["run_dir"] = args.run_dir
-    config = PipelineConfig.load(args.config, overrides)
+    with warnings.catch_warnings(record=True) as caught:  # old config keys: one line each
+        warnings.simplefilter("always", FutureWarning)
+        config = PipelineConfig.load(args.config, overrides)
+    for warning in caught:
+        print(f"trace: warning: {warning.message}", file=sys.stderr)
     report = run_pipeline(config, redo=args.redo)
     print(f"\nreport: {report}")
     return 0
@@ -76,12 +87,17 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: ground-truth labels; synthesis requests written for later)",
     )
     run.add_argument("--run-dir", help="run folder (overrides the config)")
-    run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
+    run.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a setting: a field (train=false) or SECTION.NAME (grpo.steps=4)",
+    )
     run.add_argument(
         "--redo",
         metavar="STAGE",
         help="run a finished stage again, and every stage after it (e.g. --redo evaluate "
-        "after --set eval_episodes=50)",
+        "after --set evaluate.episodes=50)",
     )
     run.set_defaults(fn=cmd_run)
     st = sub.add_parser("status", help="which stages of a run folder finished")

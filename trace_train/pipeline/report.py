@@ -18,7 +18,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from trace_diagnose.stats import newcombe, newcombe_paired
-from trace_train.pipeline.stages import COMPOSITIONS, PLAIN_GRPO, training_plan
+from trace_train.pipeline.config import COMPOSITIONS, PLAIN_GRPO
 
 BAR_WIDTH = 420
 """Pixel width of a 100 % bar in the success chart."""
@@ -136,7 +136,7 @@ def closing_summary(run: Any) -> list[str]:
     rows = _policy_rows(run)
     if not rows:
         return []
-    lines = [f"held-out success on {run.config.target} ({run.config.eval_split} split):"]
+    lines = [f"held-out success on {run.config.target} ({run.config.evaluate.split} split):"]
     for r in rows:
         line = (
             f"  {r['name']:<32} {r['success']:6.1%}  "
@@ -254,7 +254,7 @@ def build_context(run: Any) -> dict[str, Any]:
         ],
         "totals": analysis.get("totals", {}),
         "ground_truth": analysis.get("ground_truth", {}),
-        "env_plan": training_plan(run),
+        "env_plan": run.training_plan(),
         "synthesized": _synthesized(run),
         "adapters": [
             {
@@ -274,7 +274,7 @@ def build_context(run: Any) -> dict[str, Any]:
         "routing_check": _read_json(run.path("compose", "routing_check.json")) or {},
         "moe_stats": _moe_stats(run),
         "rediagnosis": _read_json(run.path("rediagnose", "lacking.json")) or {},
-        "eval_split": cfg.eval_split,
+        "eval_split": cfg.evaluate.split,
         "diagnosis_report": diagnose.get("report"),
         "stages": run.state,
         "run_dir": str(run.dir),

@@ -1,0 +1,66 @@
+"""The driver of ``trace run``: every stage of ``stages.STAGES`` in order, resumably.
+
+A finished stage (``done`` in ``stages.json``) is skipped, so a rerun of the same command
+resumes where it stopped (GRPO from its last checkpoint, the diagnoser from its SQLite
+cache, evaluation policy by policy); ``redo`` runs a finished stage again with the ones after
+it. With ``train: false`` the training stages are skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+
+from trace_train.pipeline import stages
+from trace_train.pipeline.config import PipelineConfig, PipelineError
+from trace_train.pipeline.run_folder import Run
+
+
+def run_pipeline(config: PipelineConfig, say: stages.Say = print, redo: str | None = None) -> Path:
+    """Run (or resume) every stage; return the path of the final HTML report.
+
+    ``redo`` names a finished stage to run again, with every stage after it (e.g. ``evaluate``
+    after raising ``evaluate.episodes``). Training resumes from its checkpoints, so a redone
+    ``train`` continues to a larger ``grpo.steps`` rather than starting over."""
+    table = stages.STAGES  # read at call time: tests swap in stage tables
+    names = [stage.name for stage in table]
+    if redo is not None and redo not in names:
+        raise PipelineError(f"--redo {redo!r}: not a stage; stages are {', '.join(names)}")
+    if config.trajectories and config.train and not config.target:
+        raise PipelineError("training needs a trace_gym target to evaluate on; set train: false")
+    run = Run(config)
+    saved = run.path("config.yaml")
+    if saved.exists() and redo is None:
+        previous = yaml.safe_load(saved.read_text()) or {}
+        if previous != config.as_dict():
+            say(
+                f"note: {saved} differs from this config; finished stages keep their results "
+                "(--redo STAGE runs one again, with the stages after it)"
+            )
+    if redo is not None:
+        again = names[names.index(redo) :]
+        run.forget(again)
+        if "evaluate" in again:  # the adapters may have changed: no saved evaluation stands
+            for summary in run.path("evaluate").glob("*/summary.json"):
+                summary.unlink()
+        say(f"redo: {', '.join(again)}")
+    saved.write_text(yaml.safe_dump(config.as_dict(), sort_keys=False))
+    stages.use_environments(run.environments)  # synthesised by an earlier, interrupted run
+    for i, stage in enumerate(table, 1):
+        if stage.trains and not config.train:
+            continue
+        if run.done(stage.name):
+            say(f"[{i}/{len(table)}] {stage.name}: done earlier, skipped")
+            continue
+        say(f"[{i}/{len(table)}] {stage.name} ...")
+        run.mark(stage.name, "started")
+        started = time.time()
+        output = stage.fn(run, say)
+        run.mark(stage.name, "done", output, seconds=time.time() - started)
+    from trace_train.pipeline.report import closing_summary
+
+    for line in closing_summary(run):
+        say(line)
+    return Path(run.output("report")["html"])
