@@ -1,0 +1,144 @@
+"""No import cycles in trace_gym, trace_diagnose and trace_train.
+
+The import graph comes from grimp (the library behind import-linter): every ``import`` and
+``from ... import`` statement of every module, at module level or inside a function, guarded
+by ``if TYPE_CHECKING:`` or not. A cycle between two modules is an error, and so is one
+between the subpackages of a package (``trace_gym.core`` -> ``trace_gym.world`` ->
+``trace_gym.core``), where each top-level module counts as its own unit.
+
+trace_gym still has the cycles listed in ``KNOWN_TRACE_GYM_CYCLES``: the imports that close
+them are allowed until the trace_gym half of issue 28 removes them; whoever removes one deletes
+its entry (a stale entry fails). trace_train and trace_diagnose may have none.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import textwrap
+
+import pytest
+
+grimp = pytest.importorskip("grimp", reason="the [dev] extra installs grimp")
+
+PACKAGES = ("trace_gym", "trace_diagnose", "trace_train")
+
+KNOWN_TRACE_GYM_CYCLES: dict[tuple[str, str], str] = {
+    # (importer, imported), each a module or a package standing for its modules: the import
+    # allowed for now, and the cycle it closes. Empty this, entry by entry.
+    ("trace_gym.core.user", "trace_gym.core.env"): "core/env.py <-> core/user.py: the user "
+    "reads EpisodeState, the env builds users",
+    ("trace_gym.user_envs", "trace_gym.registration"): "registration.py <-> user_envs.py",
+    ("trace_gym.soundness", "trace_gym.testing"): "soundness.py <-> testing.py",
+    ("trace_gym.agents.baselines", "trace_gym.agents.deficit"): "agents: baselines builds "
+    "deficit agents, deficit extends PlanAgent from baselines",
+    ("trace_gym.agents.deficit", "trace_gym.agents.deficit_lapses_swe"): "agents: deficit "
+    "imports the SWE lapses at its bottom so that they register; they import deficit",
+    ("trace_gym.agents", "trace_gym.envs"): "agents -> envs (a SWE lapse uses envs.swe_common) "
+    "-> soundness -> agents",
+    ("trace_gym.core", "trace_gym.world"): "core <-> world: the contract imports the world "
+    "model and tools, the world imports core's seeding and tools",
+}
+
+
+def build_import_graph(*packages: str) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports (function-level and TYPE_CHECKING
+    imports included)."""
+    graph = grimp.build_graph(*packages, cache_dir=None, exclude_type_checking_imports=False)
+    return {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def allowed(importer: str, imported: str, allow: dict[tuple[str, str], str]) -> bool:
+    return any(_within(importer, a) and _within(imported, b) for a, b in allow)
+
+
+def without_allowed(
+    graph: dict[str, set[str]], allow: dict[tuple[str, str], str]
+) -> dict[str, set[str]]:
+    return {m: {i for i in imports if not allowed(m, i, allow)} for m, imports in graph.items()}
+
+
+def units(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph between the units of each package: its subpackages (all their modules as
+    one) and its top-level modules; imports inside one unit are left out."""
+    packages = {p for p in graph for m in graph if m.startswith(p + ".")}
+
+    def unit(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if ".".join(parts[:2]) in packages and len(parts) > 2 else module
+
+    out: dict[str, set[str]] = {}
+    for module, imports in graph.items():
+        out.setdefault(unit(module), set()).update(
+            unit(i) for i in imports if unit(i) != unit(module)
+        )
+    return out
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (``[a, b, ..., a]``), or None."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return list(reversed(exc.args[1]))  # graphlib lists it against the import direction
+    return None
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return build_import_graph(*PACKAGES)
+
+
+def test_no_module_imports_itself_back(graph):
+    cycle = find_cycle(without_allowed(graph, KNOWN_TRACE_GYM_CYCLES))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_no_subpackage_imports_itself_back(graph):
+    cycle = find_cycle(units(without_allowed(graph, KNOWN_TRACE_GYM_CYCLES)))
+    assert cycle is None, "import cycle between packages: " + " -> ".join(cycle)
+
+
+def test_trace_train_and_trace_diagnose_have_no_allowed_cycle():
+    assert all(a.startswith("trace_gym.") for pair in KNOWN_TRACE_GYM_CYCLES for a in pair)
+
+
+@pytest.mark.parametrize(("importer", "imported"), sorted(KNOWN_TRACE_GYM_CYCLES))
+def test_every_allowed_import_still_exists(graph, importer, imported):
+    """An entry whose import is gone must leave the list (so that it only ever shrinks)."""
+    assert any(
+        _within(m, importer) and any(_within(i, imported) for i in imports)
+        for m, imports in graph.items()
+    ), f"{importer} no longer imports {imported}: delete its entry from KNOWN_TRACE_GYM_CYCLES"
+
+
+def test_the_checker_sees_function_level_and_type_checking_imports(tmp_path, monkeypatch):
+    """A package whose only cycles close inside a function or under TYPE_CHECKING."""
+    pkg = tmp_path / "cyclepkg"
+    (pkg / "sub").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "a.py": "from cyclepkg import b\n",
+        "b.py": "def later():\n    from cyclepkg import a\n    return a\n",
+        "c.py": "from cyclepkg import d\n",
+        "d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cyclepkg.c import X\n",
+        "sub/__init__.py": "",
+        "sub/e.py": "from cyclepkg import f\n",
+        "f.py": "from cyclepkg.sub import g\n",
+        "sub/g.py": "",
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(textwrap.dedent(text))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = build_import_graph("cyclepkg")
+    function_level, type_checking = ("cyclepkg.b", "cyclepkg.a"), ("cyclepkg.d", "cyclepkg.c")
+    only_function_level = without_allowed(found, {type_checking: "the other cycle"})
+    assert set(find_cycle(only_function_level)) == {"cyclepkg.a", "cyclepkg.b"}
+    only_type_checking = without_allowed(found, {function_level: "the other cycle"})
+    assert set(find_cycle(only_type_checking)) == {"cyclepkg.c", "cyclepkg.d"}
+    neither = without_allowed(found, {function_level: "", type_checking: ""})
+    assert find_cycle(neither) is None  # e -> f -> g is no module cycle, but sub <-> f is one
+    assert set(find_cycle(units(neither))) == {"cyclepkg.sub", "cyclepkg.f"}
