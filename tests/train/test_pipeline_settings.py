@@ -385,3 +385,33 @@ def test_the_cli_prints_an_old_key_as_one_warning_line(tmp_path, recorded, capsy
     err = capsys.readouterr().err
     assert "trace: warning: --set: config key 'eval_episodes' is deprecated; use " in err
     assert every(evals(recorded, "evaluate"), lambda e: e.episodes == 7)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("evaluate.episodes", "ten", "evaluate.episodes='ten': expected int"),
+        ("compose.kinds", "moe", "compose.kinds='moe': expected list[str]"),
+        ("grpo.env_id", "trace/clarify-v0", "grpo.env_id is set by the run: the run picks"),
+        ("warmstart.tool_prompt", "compact", "warmstart.tool_prompt is set by the run: warm"),
+        ("grpo.micro_batch_size", 3, "micro_batch_size=3 must divide group_size*groups_per_step"),
+        ("grpo.difficulty_max", 0.1, "grpo (preset cpu_smollm2 with this run's settings): "),
+        ("evaluate.episdoes", 3, "evaluate.episdoes: unknown setting; did you mean 'episodes'?"),
+    ],
+)
+def test_a_bad_setting_is_one_line_before_any_stage_runs(key, value, message, tmp_path, capsys):
+    from trace_train.pipeline.cli import main
+
+    argv = ["run", "--run-dir", str(tmp_path / "run"), "--set", f"{key}={json.dumps(value)}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trace: error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()  # nothing ran
+
+
+def test_a_null_in_grpo_clears_the_presets_value(tmp_path):
+    """gpu_paper trains over a difficulty curriculum; ``difficulty_max: null`` turns it off."""
+    cfg = PipelineConfig.load(None, {"preset": "gpu_paper"})
+    assert cfg.grpo_config("m", TARGET, tmp_path).difficulty_max == 0.8
+    cfg = PipelineConfig.load(None, {"preset": "gpu_paper", "grpo.difficulty_max": None})
+    assert cfg.grpo_config("m", TARGET, tmp_path).difficulty_max is None

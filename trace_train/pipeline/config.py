@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import types
+import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +73,7 @@ class DiagnoseSettings:
     """Hard cap in USD on the diagnosis's LLM spend; ``null``: no cap."""
 
     def __post_init__(self) -> None:
+        _check_types(self, "diagnose.")
         _at_least_one(self, "diagnose", "episodes", "label_runs")
 
 
@@ -85,6 +88,7 @@ class SynthesizeSettings:
     """Attempts per capability; each rejected attempt's failing gates go back to the model."""
 
     def __post_init__(self) -> None:
+        _check_types(self, "synthesize.")
         _at_least_one(self, "synthesize", "attempts")
 
 
@@ -105,6 +109,7 @@ class ComposeSettings:
     measured (its capability is known there); 0 skips the check."""
 
     def __post_init__(self) -> None:
+        _check_types(self, "compose.")
         unknown = sorted(set(self.kinds) - set(COMPOSITIONS))
         if unknown:
             raise PipelineError(
@@ -126,6 +131,7 @@ class EvaluateSettings:
     compositions and plain GRPO (one evaluation fewer per adapter)."""
 
     def __post_init__(self) -> None:
+        _check_types(self, "evaluate.")
         _at_least_one(self, "evaluate", "episodes")
         if self.split not in ("eval", "test"):
             raise PipelineError(f"evaluate.split={self.split!r}; use test (default) or eval")
@@ -144,6 +150,7 @@ class GenerationSettings:
     """Episodes generated side by side."""
 
     def __post_init__(self) -> None:
+        _check_types(self, "generation.")
         _at_least_one(self, "generation", "max_turns", "max_new_tokens", "batch_size")
 
 
@@ -258,6 +265,7 @@ class PipelineConfig:
             setattr(self, name, _section(name, section, getattr(self, name)))
         for name in PRESET_SECTIONS:
             setattr(self, name, _preset_overrides(name, getattr(self, name)))
+        _check_types(self, "")
         if not self.target and not self.trajectories:
             raise PipelineError("set target (a trace_gym id) or trajectories (files to diagnose)")
         if not 0.0 <= self.difficulty <= 1.0:
@@ -437,6 +445,38 @@ def _unknown(spelled: str, key: str, known: set[str], what: str) -> str:
     close = difflib.get_close_matches(key, sorted(known), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return f"{spelled}: unknown setting{hint} {what}: {sorted(known)}"
+
+
+def _check_types(settings: Any, prefix: str) -> None:
+    """One clear error for a value of the wrong type (``--set evaluate.episodes=ten``),
+    checked against the field's annotation."""
+    hints = typing.get_type_hints(type(settings))
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if not _is_a(value, hints[f.name]):
+            kind = hints[f.name]
+            expected = kind.__name__ if isinstance(kind, type) else str(kind).replace("typing.", "")
+            raise PipelineError(f"{prefix}{f.name}={value!r}: expected {expected}")
+
+
+def _is_a(value: Any, kind: Any) -> bool:
+    origin = typing.get_origin(kind)
+    if kind is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_a(value, k) for k in typing.get_args(kind))
+    if origin is list:
+        (item,) = typing.get_args(kind)
+        return isinstance(value, list) and all(_is_a(v, item) for v in value)
+    if origin is dict:
+        return isinstance(value, dict)
+    if kind is type(None):
+        return value is None
+    if kind is float:  # YAML reads 1 as an int
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
 
 
 def _fields(cls: type) -> set[str]:
