@@ -415,3 +415,15 @@ def test_a_null_in_grpo_clears_the_presets_value(tmp_path):
     assert cfg.grpo_config("m", TARGET, tmp_path).difficulty_max == 0.8
     cfg = PipelineConfig.load(None, {"preset": "gpu_paper", "grpo.difficulty_max": None})
     assert cfg.grpo_config("m", TARGET, tmp_path).difficulty_max is None
+
+
+def test_run_help_lists_every_setting_with_its_default_and_docstring(capsys):
+    from trace_train.pipeline.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = capsys.readouterr().out
+    keys = [f.name for f in dataclasses.fields(PipelineConfig) if f.name not in SECTIONS]
+    keys += [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+    assert [k for k in keys if not re.search(rf"^ *{re.escape(k)} \(", out, re.M)] == []
+    assert "  evaluate.episodes (20): Held-out episodes per policy.\n" in out

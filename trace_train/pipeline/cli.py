@@ -77,8 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trace", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    from trace_train.pipeline.config import settings_help
+
     run = sub.add_parser(
-        "run", help="diagnose, select, synthesize, train, compose, evaluate, rediagnose, report"
+        "run",
+        help="diagnose, select, synthesize, train, compose, evaluate, rediagnose, report",
+        description="Run (or resume) the TRACE loop into one run folder.",
+        epilog="settings (YAML keys, or --set KEY=VALUE; a section's as SECTION.NAME):\n"
+        + settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("--config", help="YAML file of PipelineConfig fields")
     run.add_argument(

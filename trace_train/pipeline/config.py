@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
+import textwrap
 import types
 import typing
 import warnings
@@ -38,6 +40,7 @@ from trace_train.config import (
     EvalConfig,
     GRPORunConfig,
     WarmstartConfig,
+    field_docs,
     load_config,
 )
 
@@ -349,6 +352,34 @@ class PipelineConfig:
             hint = f"; did you mean {close}?" if close else ""
             raise PipelineError(f"unknown config key(s) {unknown}{hint} known: {sorted(known)}")
         return cls(**data)
+
+
+def settings_help(width: int = 100) -> str:
+    """Every setting, its default and the first sentence of its docstring, for
+    ``trace run --help`` (the docstrings above are the one place a setting is described)."""
+    lines = []
+    sections = {name: field_docs(cls) for name, cls in SECTIONS.items()}
+    for name, doc in field_docs(PipelineConfig).items():
+        if name in sections:
+            lines.append(f"{name}: {_first_sentence(doc)}")
+            defaults = dataclasses.asdict(SECTIONS[name]())
+            for key, key_doc in sections[name].items():
+                lines.append(f"  {name}.{key} ({defaults[key]!r}): {_first_sentence(key_doc)}")
+        else:
+            lines.append(f"{name} ({_default(name)!r}): {_first_sentence(doc)}")
+    return "\n".join(
+        textwrap.fill(line, width, subsequent_indent=" " * (len(line) - len(line.lstrip()) + 4))
+        for line in lines
+    )
+
+
+def _default(name: str) -> Any:
+    f = next(f for f in dataclasses.fields(PipelineConfig) if f.name == name)
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+
+
+def _first_sentence(doc: str) -> str:
+    return re.split(r"(?<=\.)\s+(?=[A-Z])", doc, maxsplit=1)[0].replace("``", "")
 
 
 # ---------------------------------------------------------------------------------------------
