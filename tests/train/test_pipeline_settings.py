@@ -427,3 +427,16 @@ def test_run_help_lists_every_setting_with_its_default_and_docstring(capsys):
     keys += [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
     assert [k for k in keys if not re.search(rf"^ *{re.escape(k)} \(", out, re.M)] == []
     assert "  evaluate.episodes (20): Held-out episodes per policy.\n" in out
+
+
+def test_trace_status_lists_every_stage_of_a_finished_run(recorded, tmp_path, capsys):
+    from trace_train.pipeline.cli import main
+
+    settings = base_settings(tmp_path)
+    assert run_cli(settings) == 0
+    capsys.readouterr()
+    assert main(["status", settings["run_dir"]]) == 0
+    rows = [line.split()[:2] for line in capsys.readouterr().out.splitlines()]
+    assert rows == [[stage.name, "done"] for stage in stages.STAGES]
+    assert main(["status", str(tmp_path / "no-run")]) == 2
+    assert "is not a trace run folder" in capsys.readouterr().err
