@@ -440,3 +440,10 @@ def test_trace_status_lists_every_stage_of_a_finished_run(recorded, tmp_path, ca
     assert rows == [[stage.name, "done"] for stage in stages.STAGES]
     assert main(["status", str(tmp_path / "no-run")]) == 2
     assert "is not a trace run folder" in capsys.readouterr().err
+
+
+def test_an_empty_section_in_a_file_is_its_defaults(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("grpo:\nevaluate:\n  # episodes: 50\n")  # every key commented out
+    cfg = PipelineConfig.load(path)
+    assert cfg.grpo == {} and cfg.evaluate == PipelineConfig().evaluate

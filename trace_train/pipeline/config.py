@@ -444,6 +444,7 @@ def _section(name: str, cls: type, value: Any) -> Any:
     """A section's dataclass from a mapping, with one clear error for an unknown key."""
     if isinstance(value, cls):
         return value
+    value = {} if value is None else value  # a YAML section with every key commented out
     if not isinstance(value, dict):
         raise PipelineError(f"{name}: expected a mapping of {sorted(_fields(cls))}, got {value!r}")
     for key in value:
@@ -454,6 +455,7 @@ def _section(name: str, cls: type, value: Any) -> Any:
 
 def _preset_overrides(name: str, value: Any) -> dict[str, Any]:
     """The run's ``warmstart:`` / ``grpo:`` mapping, checked against the config it overrides."""
+    value = {} if value is None else value
     if not isinstance(value, dict):
         raise PipelineError(f"{name}: expected a mapping of settings, got {value!r}")
     known = _fields(PRESET_SECTIONS[name])
