@@ -129,12 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", default=None, help="target folder (default: the cache)")
     p.set_defaults(func=cmd_embedded)
 
-    try:
-        from trace_train import compose_cli
-    except ImportError:
-        compose_cli = None
-    if compose_cli is not None and hasattr(compose_cli, "register"):
-        compose_cli.register(sub)
+    from trace_train.compose import cli as compose_cli  # torch loads inside its commands
+
+    compose_cli.register(sub)
     return parser
 
 

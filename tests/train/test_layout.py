@@ -64,3 +64,13 @@ def test_package_entry_points_stay_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_trace_train_cli_has_the_composition_commands():
+    """They are registered from trace_train.compose.cli (once reached through a removed path,
+    where a failed import dropped them silently)."""
+    from trace_train.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if a.dest == "command"]
+    assert {"grpo", "warmstart", "eval", "embedded", "route", "merge", "train-router",
+            "export"} <= set(sub.choices)  # fmt: skip
