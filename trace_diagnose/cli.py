@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 
 from .analyze import CONSISTENCY, DELTA, RHO
 from .errors import ConfigError, DiagnoseError
-from .run import MAX_UNLABELLED
+from .run import MAX_FLAGGED, MAX_UNLABELLED
 
 EXAMPLES = """examples:
   trace-diagnose run results/airline.json -o runs/airline --model openai/gpt-4o-mini --max-cost 5
@@ -224,8 +224,18 @@ def _label_options(p: argparse.ArgumentParser) -> None:
         "--max-unlabelled",
         type=SHARE,
         default=MAX_UNLABELLED,
-        help="share of trajectories allowed to stay unlabelled; above it the command fails "
-        f"with exit code 4 and the report says so at the top (default {MAX_UNLABELLED})",
+        help="share of the failed, and separately of the passed, trajectories allowed to stay "
+        "unlabelled; above it the command fails with exit code 4 and the report says so at the "
+        f"top (default {MAX_UNLABELLED})",
+    )
+    p.add_argument(
+        "--max-flagged",
+        type=SHARE,
+        default=MAX_FLAGGED,
+        help="share of the failed, and separately of the passed, trajectories allowed to hold "
+        "text addressed to the labeller (or to be labelled only with text withheld); above it "
+        f"exit code 4 (default {MAX_FLAGGED}). They are kept either way: the report shows the "
+        "selection with and without them",
     )
     _render_options(p)
 
@@ -409,6 +419,8 @@ def _print_analysis(result: dict[str, Any]) -> None:
         f"paper rule selects: {', '.join(s['skill'] for s in result['selected_capabilities']) or 'none'}"
     )
     print(f"core: {', '.join(result['core']) or 'none'}")
+    if result.get("sensitivity"):
+        print(f"sensitivity: {result['sensitivity']['line']}")
 
 
 def _print_seen(run_dir: str | Path) -> None:
@@ -427,8 +439,10 @@ def _print_seen(run_dir: str | Path) -> None:
         )
     if stage.get("flagged"):
         print(
-            f"instruction-like text flagged as data in {len(stage['flagged'])} trajectories: "
+            f"flagged (text addressed to the labeller, or labelled with text withheld): "
+            f"{len(stage['flagged'])} trajectories, kept as their own bucket: "
             + ", ".join(stage["flagged"][:5])
+            + (" ..." if len(stage["flagged"]) > 5 else "")
         )
 
 
@@ -477,6 +491,7 @@ def _cmd_run(args: argparse.Namespace, budget: Any) -> int:
         k_consistency=args.k_consistency,
         show_progress=not args.no_progress,
         max_unlabelled=args.max_unlabelled,
+        max_flagged=args.max_flagged,
         strict=args.strict,
         budget=budget,
         min_score=args.min_score,
@@ -588,6 +603,7 @@ def _dispatch_command(args: argparse.Namespace, budget: Any) -> int:
             not args.no_progress,
             budget,
             max_unlabelled=args.max_unlabelled,
+            max_flagged=args.max_flagged,
         )
         print(f"{len(runs)} runs; unlabelled: {len({t for r in runs for t in r.unlabelled})}")
         _print_seen(args.run_dir)
