@@ -95,7 +95,8 @@ def _mark(rd: RunDir, stage: str, **info: Any) -> None:
 def load_trajectories(run_dir: str | Path) -> list[Trajectory]:
     """Read the ingested trajectories of a run directory."""
     rd = RunDir(run_dir)
-    lines = rd.need(rd.trajectories, "ingest").read_text(encoding="utf-8").splitlines()
+    # "\n" only: a message may hold U+2028 and the like raw, where splitlines would cut
+    lines = rd.need(rd.trajectories, "ingest").read_text(encoding="utf-8").split("\n")
     return [Trajectory.model_validate_json(line) for line in lines if line.strip()]
 
 
