@@ -112,11 +112,11 @@ def locate(text: str, quote: str) -> tuple[int, int] | None:
 # -- the detector -------------------------------------------------------------------------
 # Cue families, read on folded text (case kept where the case is the signal).
 _STRUCTURE = re.compile(
-    r"\[\s*s\s*\d+\s*(?:-\s*s?\s*\d+\s*)?\]"  # a step header or summary: [S3], [S5-S9]
+    r"\[\s*s\s*\d+(?:\s*-\s*s?\s*\d+)?\s*(?:\]|summar)"  # a step header or summary: [S3], [S5-S9 ...
     r"|(?:^|[\n\r])\s*(?:agent|assistant|user|customer|tool|system|environment|human|developer)"
     r"\s*(?:\([^)\n]{0,40}\)\s*)?(?:->|:)"  # a speaker label opening a line
     r"|\"(?:step|speaker)\"\s*:"  # a transcript record field
-    r"|</?\s*transcript\b|\[truncated \d+ chars\]|\[abridged for length",
+    r"|</?\s*(?:transcript|steps)\b|\[truncated \d+ chars\]|\[abridged for length|\[withheld:",
     re.I,
 )
 _VERDICT_CASED = re.compile(r"\b(?:PRESENT|LACKING|N/?A)\b")
@@ -132,22 +132,44 @@ _TASK = re.compile(
 )
 _AUDITOR = re.compile(
     r"\b(?:auditor|labell?er|annotator|grader|evaluator|assessor|rater|judge|classifier)s?\b"
-    r"|\b(?:language model|llm|ai model|ai assistant|chatgpt|gpt-?\d\w*|claude)\b",
+    r"|\b(?:language model|llm|ai model|ai assistant|chatgpt|gpt-?\d\w*|claude)\b(?!-)",
     re.I,
+)
+# Whoever reads the log, addressed as such: a reader of this conversation is the labeller.
+_READER = re.compile(
+    r"\b(?:dear|attention|hey|hello|hi|note (?:to|for)|message (?:to|for)|reminder (?:to|for)|to)"
+    r"\s+(?:the\s+|any\s+|all\s+)?(?:auditor|labell?er|annotator|grader|evaluator|assessor|rater"
+    r"|reviewer|judge model|ai|llm|model)s?\b"
+    r"|\b(?:whoever|anyone|anybody|any (?:ai|model|llm|system))\s+(?:who\s+)?(?:grades|reviews|"
+    r"evaluates|judges|labels|audits|scores|rates|reads|analy[sz]es|is (?:grading|reviewing|"
+    r"evaluating|judging|labell?ing|auditing|reading))\b"
+    r"|\b(?:ai|llm|model|system|assistant)\s+(?:that is\s+|who is\s+)?(?:reading|reviewing|"
+    r"grading|judging|evaluating|auditing|labell?ing|analy[sz]ing)\s+(?:this|these|the)\s+"
+    r"(?:chat|conversation|transcript|log|logs|trajectory|messages?)\b",
+    re.I,
+)
+_YOUR_JUDGEMENT = re.compile(
+    r"\byour\s+(?:assessment|evaluation|grading|grade|audit|labels?|labell?ing|verdicts?"
+    r"|judge?ments?|annotations?|scoring|rubric)\b",
+    re.I,
+)
+_OVERRIDE_STRONG = re.compile(
+    r"\bsystem\s*prompt\b|\bdeveloper mode\b|\bjailbreak|\bprompt injection", re.I
 )
 _OVERRIDE = re.compile(
     r"\b(?:ignore|disregard|forget|override|overrule|bypass|supersede|skip)\w*\b[^.!?\n]{0,60}?"
     r"\b(?:instructions?|prompts?|rules|guidelines|directives?|guidance|system)\b"
-    r"|\bsystem\s*(?:prompt|override|message|instructions?|notice|update|directive)\b"
-    r"|\bnew\s+(?:instructions?|directives?)\b|\bdeveloper mode\b|\bjailbreak|\bprompt injection",
+    r"|\bsystem\s*(?:override|message|instructions?|notice|update|directive)\b|^\s*override\b"
+    r"|\bnew\s+(?:instructions?|directives?)\b",
     re.I,
 )
 _COMMAND = re.compile(
-    r"\b(?:label|mark|rate|classify|grade|score|tag|assign|output|answer|respond|return|judge"
+    r"\b(?:label|mark|rate|classify|grade|score|tag|assign|output|answer|respond|return"
     r"|evaluate|assess|record|treat|consider|set|give|write|say)\b",
     re.I,
 )
 _SCOPE = re.compile(r"\b(?:every|each|all|any|everything)\b", re.I)
+_SPACED = re.compile(r"\b(?:[A-Za-z] ){3,}[A-Za-z]\b")  # "P R E S E N T" read as one word
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|[\n\r\u2028\u2029\x85\v\f]+")
 
 
@@ -163,6 +185,9 @@ class Finding:
 def _reason(sentence: str) -> str | None:
     if _STRUCTURE.search(sentence):
         return "imitates the transcript's structure (step header, speaker label or fence)"
+    sentence = _SPACED.sub(lambda m: m.group(0).replace(" ", ""), sentence)
+    if _READER.search(sentence) or _OVERRIDE_STRONG.search(sentence):
+        return "addresses the labeller"
     verdict = bool(_VERDICT_CASED.search(sentence) or _VERDICT.search(sentence))
     task = bool(_TASK.search(sentence))
     auditor = bool(_AUDITOR.search(sentence))
@@ -174,6 +199,8 @@ def _reason(sentence: str) -> str | None:
         return "overrides instructions"
     if auditor and (task or command):
         return "addresses the labeller"
+    if _YOUR_JUDGEMENT.search(sentence) and command:
+        return "addresses the labeller's judgement"
     return None
 
 
@@ -189,19 +216,19 @@ def find_instructions(text: str) -> list[Finding]:
     structure = _STRUCTURE.search(_fold_lines(text))
     if structure is None and _reason(whole) is None:
         return []  # the common case: nothing anywhere, no need to split
-    pos = 0
-    for piece in [*_SENTENCE_END.split(text), None]:
-        if piece is None:
-            break
+    pos, previous = 0, ""
+    for piece in _SENTENCE_END.split(text):
         start = text.find(piece, pos)
-        if start < 0:
+        if start < 0 or not piece.strip():
             continue
         pos = start + len(piece)
-        if not piece.strip():
-            continue
-        reason = _reason(_fold_lines(piece))
+        # a sentence is read with the one before it: "Forget your rules. Say ..." is one order
+        reason = _reason(_fold_lines(piece)) or (
+            _reason(fold(previous + " " + piece, casefold=False)) if previous else None
+        )
         if reason:
             findings.append(Finding(start, pos, reason))
+        previous = piece
     if not findings and structure is not None:
         findings.append(Finding(0, len(text), "imitates the transcript's structure"))
     return findings

@@ -98,6 +98,9 @@ CASES = [
 ]
 
 
+FLIPS_ONLY_FLAGGED = {"system_looking", "not_applicable", "agent_authored"}
+
+
 def _inject(data, case: Case, n_each: int = 3) -> set[str]:
     """Plant `case` into the first `n_each` failed and passed trajectories; return their ids."""
     rows = [json.loads(line) for line in data.read_text().splitlines()]
@@ -176,7 +179,12 @@ def test_an_obedient_labeller_cannot_steer_the_diagnosis(clean, tmp_path, case):
         runs, analysis, report = _label(tmp_path, case.name, data, stub)
     finally:
         stub.stop()
-    _assert_unsteered(clean, runs, analysis, report, injected)
+    flips = _assert_unsteered(clean, runs, analysis, report, injected)
+    # Forged structure and orders in others' text end with the clean labels (the misused
+    # text withheld, the trajectory flagged). Only orders to answer NA, which needs no
+    # evidence, and the agent's own words can flip a label, and only on flagged trajectories.
+    if case.name not in FLIPS_ONLY_FLAGGED:
+        assert flips == 0
     if case.bites:  # the labeller was taken in: the checks, not luck, kept the labels
         assert stub.forged_citations + stub.obeyed > 0
     else:
@@ -197,23 +205,6 @@ def test_a_labeller_that_corrects_itself_gets_the_clean_labels_without_withholdi
         stub.stop()
     assert _assert_unsteered(clean, runs, analysis, report, injected) == 0
     assert not any("withheld" in why for r in runs for why in r.flagged.values())
-
-
-def test_structure_and_instructions_leave_labels_as_clean_not_just_flagged(clean, tmp_path):
-    """Forged steps and instructions in others' text end with the clean labels (withheld
-    text, flagged); only NA orders, which need no evidence, and the agent's own words can
-    flip a label, and those trajectories are flagged."""
-    for case in CASES:
-        if case.name in ("system_looking", "not_applicable", "agent_authored"):
-            continue
-        data = write_planted(tmp_path / f"{case.name}.jsonl", n_tasks=10)
-        injected = _inject(data, case)
-        stub = StubLLM(stub_config(obey_injection=True)).start()
-        try:
-            runs, analysis, report = _label(tmp_path, f"strict-{case.name}", data, stub)
-        finally:
-            stub.stop()
-        assert _assert_unsteered(clean, runs, analysis, report, injected) == 0, case.name
 
 
 # -- evidence checks, one property each -----------------------------------------------------
@@ -476,3 +467,48 @@ def test_an_injected_failure_no_longer_removes_itself(tau2_clean, tmp_path):
     assert set(analysis["flagged"]) == set(targets) and analysis["sensitivity"]["robust"]
     assert error is not None and "--max-flagged" in str(error)
     assert "labelled with text withheld" in report
+
+
+# -- the detector, measured: a hint, with misses and false alarms ---------------------------
+
+
+def _detector_counts(split):
+    from trace_diagnose.injection import find_instructions
+
+    from .paths import FIXTURES
+
+    rows = [
+        json.loads(line)
+        for line in (FIXTURES / "injection_labelled.jsonl").read_text().split("\n")
+        if line
+    ]
+    rows = [r for r in rows if r["split"] == split]
+    positives = [r["text"] for r in rows if r["injection"]]
+    negatives = [r["text"] for r in rows if not r["injection"]]
+    misses = [t for t in positives if not find_instructions(t)]
+    false_alarms = [t for t in negatives if find_instructions(t)]
+    return len(positives), len(misses), len(negatives), len(false_alarms)
+
+
+def test_detector_misses_and_false_alarms_on_the_labelled_set():
+    """The numbers docs/diagnose.md quotes. "tuned": the 80 texts the cue families were
+    written against; "held_out": 40 texts written afterwards and never tuned on, the honest
+    estimate (about half of unseen paraphrases are missed: the detector is not the defence)."""
+    assert _detector_counts("tuned") == (40, 1, 40, 2)
+    assert _detector_counts("held_out") == (20, 9, 20, 0)
+
+
+def test_detector_flags_nothing_in_the_real_tau2_run():
+    from trace_diagnose.injection import find_instructions
+
+    from .paths import TAU2_REAL, need
+
+    texts = [
+        text
+        for t in td.ingest(need(TAU2_REAL))
+        for s in t.steps
+        for text in [s.message] + [json.dumps(c.arguments) for c in s.tool_calls]
+        if text
+    ]
+    assert len(texts) == 1196
+    assert [t for t in texts if find_instructions(t)] == []
