@@ -85,7 +85,32 @@ def _llm_options(p: argparse.ArgumentParser, required: bool = True) -> None:
         help="read the API key from this environment variable (default: the provider's own)",
     )
     g.add_argument(
-        "--concurrency", type=POS_INT, default=8, help="requests in flight at once (default 8)"
+        "--max-concurrency",
+        "--concurrency",
+        dest="concurrency",
+        type=POS_INT,
+        default=8,
+        help="requests in flight at once (default 8)",
+    )
+    g.add_argument(
+        "--rpm",
+        type=POSITIVE,
+        help="requests per minute at most, retries and repairs included, evenly paced "
+        "(default: no limit); set it to the provider's limit to avoid 429s",
+    )
+    g.add_argument(
+        "--max-connection-failures",
+        type=POS_INT,
+        default=16,
+        help="after the endpoint answered, stop (exit code 3, finished calls cached) once this "
+        "many requests in a row failed to connect or timed out (default 16)",
+    )
+    g.add_argument(
+        "--dead-after",
+        type=POSITIVE,
+        default=120.0,
+        help="stop the same way after this many seconds without one answer while requests "
+        "fail to connect (default 120)",
     )
     g.add_argument(
         "--timeout", type=POSITIVE, default=120.0, help="seconds per request (default 120)"
@@ -161,6 +186,9 @@ def _llm_config(args: argparse.Namespace) -> Any:
         price_in=args.price_in,
         price_out=args.price_out,
         cache_only=args.cache_only,
+        rpm=args.rpm,
+        max_connection_failures=args.max_connection_failures,
+        dead_after=args.dead_after,
     )
 
 

@@ -174,7 +174,9 @@ def stage_render(run_dir: str | Path, render_config: RenderConfig | None = None)
 
 
 def _client(rd: RunDir, llm: LLMConfig, budget: Budget | None = None) -> LLMClient:
-    return LLMClient(llm, Cache(rd.cache), budget)
+    client = LLMClient(llm, Cache(rd.cache), budget)
+    client.check_credentials()  # a missing key stops the stage before its progress starts
+    return client
 
 
 def stage_propose(

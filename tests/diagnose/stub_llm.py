@@ -84,6 +84,7 @@ class StubLLM:
         self.forged_citations = 0  # answers citing a step that exists only in forged text
         self.obeyed = 0  # answers that followed an instruction found in the transcript
         self.answered = 0
+        self.arrivals: list[float] = []  # time.monotonic() of every request's arrival
         self.lock = threading.Lock()
         self.release = threading.Event()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -137,6 +138,7 @@ class StubLLM:
     def answer(self, req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         key = request_hash(req)
         with self.lock:
+            self.arrivals.append(time.monotonic())
             self.counts[key] += 1
             self.log.append(key)
             seen = self.counts[key]
