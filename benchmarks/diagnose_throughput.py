@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.diagnose.planted import CAPABILITIES, stub_config, write_planted  # noqa: E402
 from tests.diagnose.stub_llm import StubLLM  # noqa: E402
+from tests.diagnose.test_cli import stub_args  # noqa: E402
 from trace_diagnose.llm import LLMConfig  # noqa: E402
 from trace_diagnose.run import stage_ingest, stage_label, write_json  # noqa: E402
 
@@ -90,24 +91,8 @@ def kill_and_resume(data: Path, rd: Path, stub: StubLLM, n: int) -> dict:
     prepare(data, rd)
     answered_before = len(stub.completed)
     env = {**os.environ, "STUB_KEY": "stub", "PYTHONPATH": str(REPO)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "trace_diagnose.cli",
-        "label",
-        str(rd),
-        "--model",
-        "openai/stub",
-        "--api-base",
-        stub.api_base,
-        "--api-key-env",
-        "STUB_KEY",
-        "--n-runs",
-        "1",
-        "--max-concurrency",
-        "32",
-        "--no-progress",
-    ]
+    label = ["label", str(rd), "--n-runs", "1", "--max-concurrency", "32"]
+    cmd = [sys.executable, "-m", "trace_diagnose.cli", *label, *stub_args(stub)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while cache_rows(rd / "cache.sqlite") < n // 2 and proc.poll() is None:
         time.sleep(0.02)
@@ -149,6 +134,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=64, help="trajectories labelled (default 64)")
     ap.add_argument("--low", type=float, default=0.5, help="shortest latency, s (default 0.5)")
     ap.add_argument("--high", type=float, default=2.0, help="longest latency, s (default 2.0)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results folder (default: ours)")
     args = ap.parse_args()
     stub = StubLLM(stub_config(latency_range=(args.low, args.high))).start()
     import litellm  # its start-up would otherwise land in the first measurement
@@ -180,8 +166,8 @@ def main() -> None:
         "rows": rows,
         "kill_and_resume": resume,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "diagnose_throughput.json").write_text(json.dumps(out, indent=2) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "diagnose_throughput.json").write_text(json.dumps(out, indent=2) + "\n")
     lines = [
         f"Labelling {args.n} trajectories ({len(CAPABILITIES)} capabilities, one call each) "
         f"against a stub answering in {args.low}-{args.high} s (uniform, the same draws for every "
@@ -202,7 +188,7 @@ def main() -> None:
         f"the rerun (exit {resume['resume_exit_code']}) sent {resume['resume_requests']} "
         f"requests, {resume['resume_repeated_cached']} of them for a label already cached.",
     ]
-    (RESULTS / "diagnose_throughput.md").write_text("\n".join(lines) + "\n")
+    (args.out / "diagnose_throughput.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

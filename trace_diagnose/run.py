@@ -423,7 +423,7 @@ def estimate(
 
 
 def status(run_dir: str | Path) -> dict[str, Any]:
-    """Stages done, LLM calls and cost so far, trajectories left unlabelled."""
+    """Stages done, LLM calls and cost so far, trajectories left unlabelled or flagged."""
     rd = RunDir(run_dir)
     if not rd.path.is_dir():
         raise ConfigError(f"{rd.path}: no such run directory")
@@ -440,6 +440,7 @@ def status(run_dir: str | Path) -> dict[str, Any]:
             else []
         )
         out["unlabelled"] = sorted({t for r in runs for t in r.unlabelled})
+        out["flagged"] = sorted({t for r in runs for t in r.flagged})
     return out
 
 
