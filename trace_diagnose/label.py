@@ -28,8 +28,9 @@ holds against the trajectory itself, not against what its text claims:
 An answer that fails is shown the problem and asked again (`LLMConfig.repair_retries`). When
 every repair fails and the problems were quotes offered as what they are not (another
 speaker's text, or text sitting in another step than cited), those quotes are withheld from
-their steps and the trajectory is asked once more from the transcript without them: the
-labeller's own misuse locates the text that steered it, with no list of attack patterns.
+their steps and the trajectory is asked again from the transcript without them (up to
+`WITHHOLD_ROUNDS` times, each withholding what the last one misused): the labeller's own
+misuse locates the text that steered it, with no list of attack patterns.
 Such a trajectory is put in the run's `flagged` bucket with the reason, as is one whose
 text the detector marks as addressed to the labeller (`injection.find_instructions`; a
 hint, which blocks no quote). A trajectory that never gets a valid answer is recorded in
@@ -267,6 +268,9 @@ class _Outcome:
     withheld: dict[int, list[str]] | None = None
 
 
+WITHHOLD_ROUNDS = 3  # fresh attempts with misused text withheld, each after the last failed
+
+
 async def _label_one(
     traj: Trajectory,
     rendered: Rendered,
@@ -275,35 +279,46 @@ async def _label_one(
     run: int,
     render_config: RenderConfig | None,
 ) -> _Outcome:
-    """Ask, repair; if the repairs fail on misused quotes, ask once more without them."""
-    misused: dict[int, list[str]] = {}
+    """Ask and repair; while the repairs fail on misused quotes, ask again from a
+    transcript with every quote misused so far withheld (at most `WITHHOLD_ROUNDS` times)."""
+    withheld: dict[int, list[str]] = {}
+    errors: list[str] = []
+    current = rendered
+    for round_ in range(WITHHOLD_ROUNDS + 1):
+        misused: dict[int, list[str]] = {}
 
-    def validate(response: LabelResponse) -> str | None:
-        problems = check_evidence(rendered, response, capabilities)
-        for p in problems:
-            if p.misused is not None and p.misused[1] not in misused.get(p.misused[0], []):
-                misused.setdefault(p.misused[0], []).append(p.misused[1])
-        messages = [p.message for p in problems if p.message]
-        return messages[0] if messages else None
+        def validate(
+            response: LabelResponse,
+            shown: Rendered = current,
+            found: dict[int, list[str]] = misused,
+        ) -> str | None:
+            problems = check_evidence(shown, response, capabilities)
+            for p in problems:
+                if p.misused is not None:
+                    step, quote = p.misused
+                    if quote not in found.setdefault(step, []):
+                        found[step].append(quote)
+            messages = [p.message for p in problems if p.message]
+            return messages[0] if messages else None
 
-    first = await client.structured(
-        "label", label_messages(rendered, capabilities), LabelResponse, validate, sample=run
-    )
-    if first.value is not None or not misused:
-        return _Outcome(first.value, first.error)
-    bare = render(traj, render_config, withhold=misused)
-    second = await client.structured(
-        "label",
-        label_messages(bare, capabilities),
-        LabelResponse,
-        lambda response: evidence_problem(bare, response, capabilities),
-        sample=run,
-    )
-    if second.value is None:
-        return _Outcome(
-            None, f"{first.error}; again with the misused quotes withheld: {second.error}"
+        result = await client.structured(
+            "label", label_messages(current, capabilities), LabelResponse, validate, sample=run
         )
-    return _Outcome(second.value, withheld=bare.withheld)
+        if result.value is not None:
+            return _Outcome(result.value, withheld=current.withheld if round_ else None)
+        errors.append(result.error or "no answer")
+        fresh = {
+            step: [q for q in quotes if q not in withheld.get(step, [])]
+            for step, quotes in misused.items()
+        }
+        if not any(fresh.values()):
+            break
+        for step, quotes in fresh.items():
+            withheld.setdefault(step, []).extend(quotes)
+        current = render(traj, render_config, withhold=withheld)
+    if len(errors) == 1:
+        return _Outcome(None, errors[0])
+    return _Outcome(None, f"{errors[0]}; again with the misused quotes withheld: {errors[-1]}")
 
 
 def _flag_reason(rendered: Rendered, withheld: dict[int, list[str]] | None) -> str | None:

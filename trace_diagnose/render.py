@@ -184,10 +184,10 @@ def dump_record(record: dict[str, Any]) -> str:
 
 
 def _withhold(text: str, quotes: list[str]) -> tuple[str, bool]:
+    """Replace every occurrence of each quote (folded match) by the withholding marker."""
     changed = False
     for quote in quotes:
-        span = locate(text, quote)
-        if span is not None:
+        while (span := locate(text, quote)) is not None:
             a, b = span
             text = text[:a] + WITHHELD.format(n=b - a) + text[b:]
             changed = True
