@@ -323,6 +323,10 @@ async def _label_one(
 
 def _flag_reason(rendered: Rendered, withheld: dict[int, list[str]] | None) -> str | None:
     parts = []
+    if rendered.context_flag:
+        parts.append(
+            f"text addressed to the labeller in the task context ({rendered.context_flag})"
+        )
     if rendered.flagged:
         steps = ", ".join(f"S{i}" for i in rendered.flagged)
         parts.append(

@@ -124,6 +124,7 @@ class Rendered:
     withheld: dict[int, list[str]] = field(default_factory=dict)  # step -> quotes withheld
     cuts: dict[str, Any] = field(default_factory=dict)
     boundary: str = ""
+    context_flag: str = ""  # why the task context (policy, tools) reads as instructions
 
     @property
     def cut_note(self) -> str:
@@ -443,6 +444,9 @@ def render(
     `withhold`: step index -> quotes to replace by a marker in that step's text."""
     cfg = config or RenderConfig()
     context, cuts = _context(traj, cfg)
+    context_findings = find_instructions(
+        "\n".join([traj.task.policy or "", ", ".join(traj.task.tools)])
+    )
     texts: dict[int, str] = {}
     views: dict[int, StepView] = {}
     flagged: dict[int, str] = {}
@@ -480,6 +484,7 @@ def render(
         withheld=withheld,
         cuts=_cuts(cuts, texts, elided, truncated),
         boundary=_boundary(texts),
+        context_flag=context_findings[0].reason if context_findings else "",
     )
 
 

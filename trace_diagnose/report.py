@@ -160,12 +160,13 @@ def _seen(trajectories: list[Trajectory], label_stage: dict[str, Any]) -> dict[s
         r = render(t, cfg)
         if r.cut_note:
             abridged.append({"traj_id": t.traj_id, "note": r.cut_note})
-        if r.flagged:
+        if r.flagged or r.context_flag:
+            where = ["task context"] if r.context_flag else []
             flagged.append(
                 {
                     "traj_id": t.traj_id,
-                    "steps": ", ".join(f"S{i}" for i in r.flagged),
-                    "reason": next(iter(r.flagged.values())),
+                    "steps": ", ".join(where + [f"S{i}" for i in r.flagged]),
+                    "reason": r.context_flag or next(iter(r.flagged.values())),
                 }
             )
     return {"abridged": abridged, "flagged": flagged, "render": cfg.__dict__}
