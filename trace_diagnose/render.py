@@ -188,9 +188,12 @@ def _withhold(text: str, quotes: list[str]) -> tuple[str, bool]:
     """Replace every occurrence of each quote (folded match) by the withholding marker."""
     changed = False
     for quote in quotes:
-        while (span := locate(text, quote)) is not None:
-            a, b = span
-            text = text[:a] + WITHHELD.format(n=b - a) + text[b:]
+        start = 0  # search after each marker: a quote may be a word of the marker itself
+        while (span := locate(text[start:], quote)) is not None:
+            a, b = start + span[0], start + span[1]
+            marker = WITHHELD.format(n=b - a)
+            text = text[:a] + marker + text[b:]
+            start = a + len(marker)
             changed = True
     return text, changed
 

@@ -548,3 +548,10 @@ def test_orders_in_the_task_context_flag_the_trajectory():
     )
     r = render(t)
     assert r.context_flag and "task context" in _flag_reason(r, None)
+
+
+def test_withholding_a_word_of_the_marker_itself_terminates():
+    t = _traj(("user", "the evidence is here, and more evidence"), ("agent", "ok"))
+    r = render(t, withhold={0: ["evidence"]})
+    text = [x for x in step_records(r.text) if x.get("step") == 0][0]["text"]
+    assert text.count("[withheld: 8 chars") == 2 and text.startswith("the [withheld")
