@@ -28,8 +28,16 @@ report treat as the diagnosis (`selected_capabilities` stays the paper's rule).
 
 Label runs: `run_XX.json` files holding, per capability, the six id lists
 `lacking_failed, present_failed, na_failed, lacking_passed, present_passed, na_passed` and
-`totals`. Ours add `format`, `unlabelled` (trajectory id -> reason; excluded from every
-statistic) and `evidence`.
+`totals`. Ours add `format`, `unlabelled` (trajectory id -> reason; no label, so in no
+rate), `unlabelled_outcomes`, `flagged` (trajectory id -> why) and `evidence`.
+
+**Buckets and sensitivity.** Flagged trajectories (text addressed to the labeller, or
+labelled only after text it misused was withheld) stay in every statistic; unlabelled ones
+have no label to count. Both are reported as their own bucket (`flagged`, `unlabelled`,
+each reason once per trajectory, with the runs it came from), counted by outcome in
+`totals`, and `sensitivity` gives the core selection without the flagged trajectories and
+with the unlabelled ones counted all LACKING and all PRESENT, with one line saying whether
+the selection holds in every variant.
 """
 
 from __future__ import annotations
@@ -84,6 +92,8 @@ def _run_from_json(data: Any, path: Path) -> LabelRun:
         unlabelled=dict(data.get("unlabelled") or {}),
         evidence=dict(data.get("evidence") or {}),
         tasks=dict(data.get("tasks") or {}),
+        flagged=dict(data.get("flagged") or {}),
+        unlabelled_outcomes=dict(data.get("unlabelled_outcomes") or {}),
     )
 
 
@@ -312,23 +322,14 @@ def ground_truth_agreement(
     return out
 
 
-def analyze(
+def _selection(
     runs: list[LabelRun],
-    descriptions: dict[str, str] | None = None,
-    *,
-    rho: float = RHO,
-    delta: float = DELTA,
-    k_consistency: int | None = None,
-    trajectories: list[Trajectory] | None = None,
-) -> dict[str, Any]:
-    """Run the paper's rule and the extra statistics; return the analysis.json content."""
-    if not runs:
-        raise ConfigError("no label runs to analyze")
-    k = k_consistency if k_consistency is not None else math.ceil(CONSISTENCY * len(runs) - 1e-9)
-    if not 1 <= k <= len(runs):
-        raise ConfigError(
-            f"k_consistency={k} must be between 1 and the number of runs ({len(runs)})"
-        )
+    descriptions: dict[str, str] | None,
+    rho: float,
+    delta: float,
+    k: int,
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]], list[str], list[str]]:
+    """Rows per capability (sorted as the paper's script), the consensus, failed, passed."""
     caps = list(dict.fromkeys(c for run in runs for c in run.labels))
     failed = list(dict.fromkeys(t for run in runs for t in run.failed))
     passed = list(dict.fromkeys(t for run in runs for t in run.passed))
@@ -353,26 +354,183 @@ def analyze(
         row["verdict"], row["reason"] = _verdict(row, row["pooled"])
     # Stable sort by mean delta, descending, as the paper's script; undefined deltas last.
     rows.sort(key=lambda r: -r["mean_delta"] if r["mean_delta"] is not None else math.inf)
+    return rows, agreed, failed, passed
+
+
+def _core(rows: list[dict[str, Any]]) -> list[str]:
+    return [r["name"] for r in rows if r["passes_consistency"] and r["verdict"] == "selected"]
+
+
+def analyze(
+    runs: list[LabelRun],
+    descriptions: dict[str, str] | None = None,
+    *,
+    rho: float = RHO,
+    delta: float = DELTA,
+    k_consistency: int | None = None,
+    trajectories: list[Trajectory] | None = None,
+) -> dict[str, Any]:
+    """Run the paper's rule and the extra statistics; return the analysis.json content."""
+    if not runs:
+        raise ConfigError("no label runs to analyze")
+    k = k_consistency if k_consistency is not None else math.ceil(CONSISTENCY * len(runs) - 1e-9)
+    if not 1 <= k <= len(runs):
+        raise ConfigError(
+            f"k_consistency={k} must be between 1 and the number of runs ({len(runs)})"
+        )
+    rows, agreed, failed, passed = _selection(runs, descriptions, rho, delta, k)
     selected = [r for r in rows if r["passes_consistency"]]
-    core = [r["name"] for r in selected if r["verdict"] == "selected"]
+    core = _core(rows)
     curve, unexplained = greedy_coverage(agreed, failed, core)
-    unlabelled = {}
-    for run in runs:
-        for tid, why in run.unlabelled.items():
-            unlabelled.setdefault(tid, []).append(f"run {run.attempt}: {why}")
+    buckets = bucket_summary(runs)
     return {
         "format": "trace_diagnose.analysis.v1",
         "params": {"rho": rho, "delta": delta, "k_consistency": k, "n_runs": len(runs)},
-        "totals": {"failed": len(failed), "passed": len(passed), "unlabelled": len(unlabelled)},
+        "totals": {
+            "failed": len(failed),
+            "passed": len(passed),
+            "unlabelled": len(buckets["unlabelled"]),
+            "unlabelled_failed": buckets["unlabelled_failed"],
+            "unlabelled_passed": buckets["unlabelled_passed"],
+            "flagged": len(buckets["flagged"]),
+            "flagged_failed": sum(t in set(failed) for t in buckets["flagged"]),
+            "flagged_passed": sum(t in set(passed) for t in buckets["flagged"]),
+        },
         "capabilities": rows,
         "selected_capabilities": [_paper_entry(r, runs) for r in selected],
         "core": core,
+        "sensitivity": sensitivity(runs, core, buckets, descriptions, rho, delta, k),
         "coverage_curve": curve,
         "unexplained_failures": unexplained,
-        "unlabelled": unlabelled,
+        "unlabelled": buckets["unlabelled"],
+        "flagged": buckets["flagged"],
         "consensus": agreed,
         "ground_truth": ground_truth_agreement(agreed, trajectories) if trajectories else {},
     }
+
+
+def _ranges(numbers: list[int]) -> str:
+    """'1-3, 5' for [1, 2, 3, 5]."""
+    parts, start = [], None
+    for i, n in enumerate(numbers):
+        if start is None:
+            start = n
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            parts.append(f"{start}" if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(parts)
+
+
+def bucket_summary(runs: list[LabelRun]) -> dict[str, Any]:
+    """The flagged and the unlabelled trajectories, each reason once per trajectory with the
+    runs it came from ("runs 1-10: ..."), and how many unlabelled ones failed or passed."""
+
+    def grouped(pairs: dict[str, dict[str, list[int]]]) -> dict[str, list[str]]:
+        out = {}
+        for tid, reasons in pairs.items():
+            out[tid] = [
+                f"run{'s' if len(rs) > 1 else ''} {_ranges(sorted(rs))}: {why}"
+                for why, rs in reasons.items()
+            ]
+        return out
+
+    unlabelled: dict[str, dict[str, list[int]]] = {}
+    flagged: dict[str, dict[str, list[int]]] = {}
+    outcome: dict[str, str] = {}
+    for run in runs:
+        for tid, why in run.unlabelled.items():
+            unlabelled.setdefault(tid, {}).setdefault(why, []).append(run.attempt)
+        for tid, why in run.flagged.items():
+            flagged.setdefault(tid, {}).setdefault(why, []).append(run.attempt)
+        outcome.update({t: "failure" for t in run.failed})
+        outcome.update({t: "success" for t in run.passed})
+        outcome.update(run.unlabelled_outcomes)
+    return {
+        "unlabelled": grouped(unlabelled),
+        "flagged": grouped(flagged),
+        "unlabelled_failed": sum(outcome.get(t) == "failure" for t in unlabelled),
+        "unlabelled_passed": sum(outcome.get(t) == "success" for t in unlabelled),
+        "outcomes": outcome,
+    }
+
+
+def _without(runs: list[LabelRun], drop: set[str]) -> list[LabelRun]:
+    return [
+        LabelRun(
+            attempt=r.attempt,
+            failed=[t for t in r.failed if t not in drop],
+            passed=[t for t in r.passed if t not in drop],
+            labels={
+                c: {t: v for t, v in vs.items() if t not in drop} for c, vs in r.labels.items()
+            },
+        )
+        for r in runs
+    ]
+
+
+def _imputed(runs: list[LabelRun], outcomes: dict[str, str], verdict: str) -> list[LabelRun]:
+    """Every run with its unlabelled trajectories of known outcome labelled `verdict` for
+    every capability: the bound the sensitivity analysis needs."""
+    out = []
+    for r in runs:
+        add = [t for t in r.unlabelled if outcomes.get(t) in ("failure", "success")]
+        labels = {c: {**vs, **{t: verdict for t in add}} for c, vs in r.labels.items()}
+        out.append(
+            LabelRun(
+                attempt=r.attempt,
+                failed=r.failed + [t for t in add if outcomes[t] == "failure"],
+                passed=r.passed + [t for t in add if outcomes[t] == "success"],
+                labels=labels,
+            )
+        )
+    return out
+
+
+def sensitivity(
+    runs: list[LabelRun],
+    core: list[str],
+    buckets: dict[str, Any],
+    descriptions: dict[str, str] | None,
+    rho: float,
+    delta: float,
+    k: int,
+) -> dict[str, Any]:
+    """How the core selection changes without the flagged trajectories and with the
+    unlabelled ones counted all LACKING or all PRESENT (the two bounds of what they could
+    have been). `robust` is True when every variant selects the same capabilities."""
+    flagged = set(buckets["flagged"])
+    outcomes = buckets["outcomes"]
+    unlabelled = [t for t in buckets["unlabelled"] if outcomes.get(t) in ("failure", "success")]
+    variants = []
+    if flagged:
+        n_fail = sum(outcomes.get(t) == "failure" for t in flagged)
+        name = (
+            f"without the {len(flagged)} flagged ({n_fail} failed, {len(flagged) - n_fail} passed)"
+        )
+        variants.append((name, _without(runs, flagged)))
+    if unlabelled:
+        for verdict in ("LACKING", "PRESENT"):
+            name = f"with the {len(unlabelled)} unlabelled counted {verdict}"
+            variants.append((name, _imputed(runs, outcomes, verdict)))
+    rows = []
+    for name, variant in variants:
+        if not any(r.failed or r.passed for r in variant):
+            rows.append({"name": name, "core": [], "same": not core})
+            continue
+        picked = _core(_selection(variant, descriptions, rho, delta, k)[0])
+        rows.append({"name": name, "core": picked, "same": set(picked) == set(core)})
+    robust = all(r["same"] for r in rows)
+    shown = ", ".join(core) or "none"
+    if not rows:
+        line = f"selection ({shown}) rests on every usable trajectory: none flagged or unlabelled"
+    elif robust:
+        line = f"selection ({shown}) unchanged " + " and ".join(r["name"] for r in rows)
+    else:
+        line = (
+            f"selection depends on flagged or unlabelled trajectories: as labelled {shown}; "
+            + "; ".join(f"{r['name']}: {', '.join(r['core']) or 'none'}" for r in rows)
+        )
+    return {"variants": rows, "robust": robust, "line": line}
 
 
 def _paper_entry(row: dict[str, Any], runs: list[LabelRun]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 
 from .analyze import CONSISTENCY, DELTA, RHO
 from .errors import ConfigError, DiagnoseError
-from .run import MAX_UNLABELLED
+from .run import MAX_FLAGGED, MAX_UNLABELLED
 
 EXAMPLES = """examples:
   trace-diagnose run results/airline.json -o runs/airline --model openai/gpt-4o-mini --max-cost 5
@@ -85,7 +85,32 @@ def _llm_options(p: argparse.ArgumentParser, required: bool = True) -> None:
         help="read the API key from this environment variable (default: the provider's own)",
     )
     g.add_argument(
-        "--concurrency", type=POS_INT, default=8, help="requests in flight at once (default 8)"
+        "--max-concurrency",
+        "--concurrency",
+        dest="concurrency",
+        type=POS_INT,
+        default=8,
+        help="requests in flight at once (default 8)",
+    )
+    g.add_argument(
+        "--rpm",
+        type=POSITIVE,
+        help="requests per minute at most, retries and repairs included, evenly paced "
+        "(default: no limit); set it to the provider's limit to avoid 429s",
+    )
+    g.add_argument(
+        "--max-connection-failures",
+        type=POS_INT,
+        default=16,
+        help="after the endpoint answered, stop (exit code 3, finished calls cached) once this "
+        "many requests in a row failed to connect or timed out (default 16)",
+    )
+    g.add_argument(
+        "--dead-after",
+        type=POSITIVE,
+        default=120.0,
+        help="stop the same way after this many seconds without one answer while requests "
+        "fail to connect (default 120)",
     )
     g.add_argument(
         "--timeout", type=POSITIVE, default=120.0, help="seconds per request (default 120)"
@@ -161,6 +186,9 @@ def _llm_config(args: argparse.Namespace) -> Any:
         price_in=args.price_in,
         price_out=args.price_out,
         cache_only=args.cache_only,
+        rpm=args.rpm,
+        max_connection_failures=args.max_connection_failures,
+        dead_after=args.dead_after,
     )
 
 
@@ -224,8 +252,18 @@ def _label_options(p: argparse.ArgumentParser) -> None:
         "--max-unlabelled",
         type=SHARE,
         default=MAX_UNLABELLED,
-        help="share of trajectories allowed to stay unlabelled; above it the command fails "
-        f"with exit code 4 and the report says so at the top (default {MAX_UNLABELLED})",
+        help="share of the failed, and separately of the passed, trajectories allowed to stay "
+        "unlabelled; above it the command fails with exit code 4 and the report says so at the "
+        f"top (default {MAX_UNLABELLED})",
+    )
+    p.add_argument(
+        "--max-flagged",
+        type=SHARE,
+        default=MAX_FLAGGED,
+        help="share of the failed, and separately of the passed, trajectories allowed to hold "
+        "text addressed to the labeller (or to be labelled only with text withheld); above it "
+        f"exit code 4 (default {MAX_FLAGGED}). They are kept either way: the report shows the "
+        "selection with and without them",
     )
     _render_options(p)
 
@@ -409,6 +447,8 @@ def _print_analysis(result: dict[str, Any]) -> None:
         f"paper rule selects: {', '.join(s['skill'] for s in result['selected_capabilities']) or 'none'}"
     )
     print(f"core: {', '.join(result['core']) or 'none'}")
+    if result.get("sensitivity"):
+        print(f"sensitivity: {result['sensitivity']['line']}")
 
 
 def _print_seen(run_dir: str | Path) -> None:
@@ -427,8 +467,10 @@ def _print_seen(run_dir: str | Path) -> None:
         )
     if stage.get("flagged"):
         print(
-            f"instruction-like text flagged as data in {len(stage['flagged'])} trajectories: "
+            f"flagged (text addressed to the labeller, or labelled with text withheld): "
+            f"{len(stage['flagged'])} trajectories, kept as their own bucket: "
             + ", ".join(stage["flagged"][:5])
+            + (" ..." if len(stage["flagged"]) > 5 else "")
         )
 
 
@@ -477,6 +519,7 @@ def _cmd_run(args: argparse.Namespace, budget: Any) -> int:
         k_consistency=args.k_consistency,
         show_progress=not args.no_progress,
         max_unlabelled=args.max_unlabelled,
+        max_flagged=args.max_flagged,
         strict=args.strict,
         budget=budget,
         min_score=args.min_score,
@@ -588,6 +631,7 @@ def _dispatch_command(args: argparse.Namespace, budget: Any) -> int:
             not args.no_progress,
             budget,
             max_unlabelled=args.max_unlabelled,
+            max_flagged=args.max_flagged,
         )
         print(f"{len(runs)} runs; unlabelled: {len({t for r in runs for t in r.unlabelled})}")
         _print_seen(args.run_dir)

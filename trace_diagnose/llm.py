@@ -18,9 +18,20 @@ schema-repair path: rerunning a command never asks the model again for a request
 already completed, and `cache_only=True` replays without any network call (a miss raises
 `CacheMiss`). Failures are classified (`classify_error`): bad credentials, an unknown model
 or an endpoint that never answered stop the command at once (`LLMUnavailable`, exit code 3,
-naming the option to change); 429, 5xx and timeouts are retried with backoff; any other
-refusal fails that request only. Failures are recorded in an `errors` table, never cached as
-answers.
+naming the option to change), and so does a missing API key, checked before the first
+request with litellm's `validate_environment`; 429, 5xx and timeouts are retried with
+backoff; any other refusal fails that request only. An endpoint that answered and then went
+away is retried too, but not for long: after `max_connection_failures` requests in a row
+failed to connect (or timed out), or `dead_after` seconds without one success while they
+fail, the command stops with exit code 3 and one line; everything finished is in the cache,
+so rerunning resumes. Failures are recorded in an `errors` table, never cached as answers.
+
+**Concurrency and rate.** At most `concurrency` requests are in flight (an asyncio
+semaphore), and with `rpm` the requests (first tries, retries and repairs alike) are spaced
+at least 60/rpm seconds apart by `aiolimiter`'s leaky bucket. litellm's own limits do not
+fit a client: its Router enforces a deployment's `rpm` and `max_parallel_requests` by
+refusing the call over the limit (`RateLimitError`, checked against litellm 1.110), which
+would turn a limit into failed requests instead of waiting.
 
 **Structured output.** The pydantic schema goes to litellm as a `json_schema`
 `response_format`; the answer is parsed and validated locally anyway (many providers ignore
@@ -66,7 +77,13 @@ class LLMConfig:
     model: litellm `provider/model` string, e.g. `openai/gpt-4o-mini` or `openai/stub` with
         `api_base` for an OpenAI-compatible local server.
     api_base / api_key: passed to litellm as is (api_key falls back to the provider's env var).
-    concurrency: requests in flight at once (asyncio semaphore). Default 8.
+    concurrency: requests in flight at once (asyncio semaphore; `--max-concurrency`). Default 8.
+    rpm: requests per minute at most (first tries, retries and repairs), paced evenly; None
+        (default) sets no limit. Use the provider's limit to avoid 429s altogether.
+    max_connection_failures: requests in a row that failed to connect or timed out, after
+        the endpoint had answered, before the command stops (exit code 3). Default 16.
+    dead_after: seconds without one successful request, while requests fail to connect,
+        before the command stops (exit code 3). Default 120.
     timeout: seconds per request. Default 120.
     retries: transport retries per request (HTTP 5xx, 429, timeouts, connection errors), with
         exponential backoff from `backoff` seconds. Default 3.
@@ -92,6 +109,9 @@ class LLMConfig:
     price_out: float | None = None
     cache_only: bool = False
     backoff: float = 0.5
+    rpm: float | None = None
+    max_connection_failures: int = 16
+    dead_after: float = 120.0
 
     def __post_init__(self) -> None:
         if "/" not in self.model:
@@ -99,7 +119,13 @@ class LLMConfig:
                 f"--model {self.model!r} must be a litellm 'provider/model' string, e.g. openai/gpt-4o-mini"
             )
         if self.concurrency < 1:
-            raise LLMError(f"--concurrency={self.concurrency} must be >= 1")
+            raise LLMError(f"--max-concurrency={self.concurrency} must be >= 1")
+        if self.rpm is not None and self.rpm <= 0:
+            raise LLMError(f"--rpm={self.rpm} must be > 0 (leave it out for no limit)")
+        if self.max_connection_failures < 1:
+            raise LLMError(f"--max-connection-failures={self.max_connection_failures} must be >= 1")
+        if self.dead_after <= 0:
+            raise LLMError(f"--dead-after={self.dead_after} must be > 0 seconds")
         if self.max_cost is not None and self.max_cost < 0:
             raise LLMError(f"--max-cost={self.max_cost} must be >= 0")
         if (self.price_in is None) != (self.price_out is None):
@@ -270,6 +296,9 @@ class LLMClient:
         self.prices = self._prices()
         if self.prices is None:
             self.budget.priced = False
+        self.health = EndpointHealth(config.max_connection_failures, config.dead_after)
+        self._limiter: Any = None  # aiolimiter.AsyncLimiter, made inside the event loop
+        self._checked_credentials = False
 
     def _prices(self) -> tuple[float, float] | None:
         cfg = self.config
@@ -387,11 +416,13 @@ class LLMClient:
             raise CacheMiss(
                 f"--cache-only: the {stage} request {key[:12]} is not in {self.cache.path}; rerun without --cache-only"
             )
+        self.check_credentials()
         fmt = response_format(json_schema or schema, schema.__name__)
         error = "no attempt"
         for attempt in range(self.config.retries + 1):
             estimate = self._reserve(messages)
             try:
+                await self._pace()
                 response = await self._acompletion(messages, fmt, sample)
             except _api_errors() as exc:
                 kind = classify_error(exc, reached_before=self.network_calls > 0)
@@ -400,12 +431,17 @@ class LLMClient:
                 error = f"{type(exc).__name__}: {_short(exc)}"
                 self.budget.failed += 1
                 self.cache.record_error(key, stage, error)
-                if kind != "transient":
+                if kind == "connection":
+                    dead = self.health.failed()
+                    if dead:
+                        raise LLMUnavailable(self._dead_message(dead, exc)) from exc
+                if kind == "request":
                     return None, error, attempt + 1
                 await asyncio.sleep(self.config.backoff * 2**attempt)
                 continue
             finally:
                 self.budget.reserved -= estimate
+            self.health.ok()
             self.network_calls += 1
             self.budget.calls += 1
             text = response.choices[0].message.content or ""
@@ -425,6 +461,44 @@ class LLMClient:
             None,
             f"gave up after {self.config.retries + 1} attempts: {error}",
             self.config.retries + 1,
+        )
+
+    async def _pace(self) -> None:
+        """Wait for the `rpm` limit (a leaky bucket of one request per 60/rpm seconds)."""
+        if self.config.rpm is None:
+            return
+        if self._limiter is None:
+            from aiolimiter import AsyncLimiter
+
+            self._limiter = AsyncLimiter(1, 60.0 / self.config.rpm)
+        await self._limiter.acquire()
+
+    def check_credentials(self) -> None:
+        """Before the first request: a provider key that is neither given nor in the
+        environment stops the command (exit code 3) instead of failing every request.
+        Stages call it before they start; `structured` calls it before its first request."""
+        if self._checked_credentials or self.config.api_key or self.config.cache_only:
+            return
+        self._checked_credentials = True
+        try:
+            found = _litellm().validate_environment(model=self.config.model)
+        except Exception:  # an unknown provider: let the request itself say what is wrong
+            return
+        missing = [k for k in found.get("missing_keys") or [] if k.endswith("_KEY")]
+        if missing:
+            raise LLMUnavailable(
+                f"{self.config.model}: no API key: set {' or '.join(missing)}, or pass "
+                "--api-key-env VAR naming the variable that holds it (a local server that "
+                "needs no key accepts any value)"
+            )
+
+    def _dead_message(self, why: str, exc: BaseException) -> str:
+        cfg = self.config
+        where = cfg.api_base or f"the {cfg.model.split('/', 1)[0]} provider's endpoint"
+        return (
+            f"{cfg.model}: {where} stopped answering: {why} (last: {_short(exc, 80)}); "
+            f"{self.network_calls} calls of this stage finished and are cached: rerun the same "
+            "command to resume"
         )
 
     def _fatal_message(self, kind: str, exc: BaseException) -> str:
@@ -503,6 +577,33 @@ def _api_errors() -> tuple[type[BaseException], ...]:
     return (openai.APIError, asyncio.TimeoutError)
 
 
+@dataclass
+class EndpointHealth:
+    """Whether an endpoint that answered before has gone away: `failed()` after each
+    connection failure or timeout says why it counts as dead (else ""), `ok()` after each
+    answer resets it."""
+
+    max_failures: int
+    dead_after: float
+    in_a_row: int = 0
+    last_success: float = field(default_factory=time.monotonic)
+
+    def ok(self) -> None:
+        """A request was answered."""
+        self.in_a_row = 0
+        self.last_success = time.monotonic()
+
+    def failed(self) -> str:
+        """Count one connection failure; return why the endpoint is dead, or ""."""
+        self.in_a_row += 1
+        quiet = time.monotonic() - self.last_success
+        if self.in_a_row >= self.max_failures:
+            return f"{self.in_a_row} requests in a row failed to connect, none answered for {quiet:.0f}s (--max-connection-failures)"
+        if quiet >= self.dead_after:
+            return f"no request answered for {quiet:.0f}s while {self.in_a_row} in a row failed to connect (--dead-after)"
+        return ""
+
+
 FATAL_KINDS = ("auth", "model", "unreachable")
 _UNREACHABLE = (
     "connection error",
@@ -514,15 +615,17 @@ _UNREACHABLE = (
     "cannot connect",
     "failed to establish a new connection",
 )
+_NO_CREDENTIALS = ("missing credentials", "api_key client option must be set", "no api key")
 
 
 def classify_error(exc: BaseException, reached_before: bool = False) -> str:
     """What a failed request means: `auth`, `model`, `unreachable` (stop the command),
-    `transient` (429, 5xx, timeouts: retry) or `request` (this request only: record it).
+    `connection` (the endpoint answered before and now does not connect, or a timeout:
+    retry, counted by `EndpointHealth`), `transient` (429, 5xx: retry) or `request` (this
+    request only: record it).
 
-    litellm wraps a refused connection as a 500 "Connection error.", so the message and the
-    exception chain are read too. Once the endpoint has answered in this command, a
-    connection failure is taken as a transient outage and retried.
+    litellm wraps a refused connection as a 500 "Connection error.", and a missing key as a
+    500 "Missing credentials", so the message and the exception chain are read too.
     """
     import openai
 
@@ -538,26 +641,32 @@ def classify_error(exc: BaseException, reached_before: bool = False) -> str:
         403,
     ):
         return "auth"
+    if any(marker in text for marker in _NO_CREDENTIALS):
+        return "auth"
     if isinstance(exc, openai.NotFoundError) or status == 404:
         return "model"
     if isinstance(exc, asyncio.TimeoutError) or any(
         isinstance(e, (asyncio.TimeoutError, openai.APITimeoutError)) for e in chain
     ):
-        return "transient"
+        return "connection"
     connection = any(isinstance(e, (openai.APIConnectionError, ConnectionError)) for e in chain)
     if connection or any(marker in text for marker in _UNREACHABLE):
-        return "transient" if reached_before else "unreachable"
+        return "connection" if reached_before else "unreachable"
     if status is None or status >= 500 or status in (408, 409, 429):
         return "transient"
     return "request"
 
 
 def _short(exc: BaseException, limit: int = 200) -> str:
-    """The provider's message without litellm's repeated class-name prefixes, on one line."""
+    """The provider's message without litellm's repeated class-name prefixes, on one line,
+    cut at a word boundary (with an ellipsis) when longer than `limit`."""
     text = " ".join(str(exc).split())
     for prefix in ("litellm.", type(exc).__name__ + ":", "OpenAIException -"):
         text = text.replace(prefix, "").strip()
-    return text[:limit]
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1].rsplit(" ", 1)[0]
+    return cut.rstrip(",;:") + "…"
 
 
 async def run_bounded(

@@ -1,32 +1,57 @@
-"""render: a trajectory as deterministic, step-indexed, outcome-blind text.
+"""render: a trajectory as deterministic, outcome-blind data the labeller cannot misread.
 
 Public API::
 
-    render(traj, config=RenderConfig()) -> Rendered
+    render(traj, config=RenderConfig(), withhold=None) -> Rendered
     approx_tokens(text) -> int
-    injection_spans(text) -> list[tuple[int, int]]
+    step_records(rendered_text) -> list[dict]   # the step records back, as the labeller got them
 
-Each step becomes lines headed `[S<index>] SOURCE`, e.g.
-`[S12] AGENT -> tool get_order({"order_id": "#W1"})` or `[S13] TOOL get_order (error): ...`.
-Long bodies keep their head and tail around a `...[truncated N chars]...` marker.
+**Layout.** A context block (domain, tools, the policy) and then the steps, one JSON object
+per line, between two boundary lines that carry a per-transcript random token::
+
+    <steps boundary="9c1f04ab7e21">
+    {"step": 0, "speaker": "user", "text": "Please cancel my flight."}
+    {"step": 1, "speaker": "agent", "tool_calls": [{"name": "get_reservation_details", "arguments": {"reservation_id": "EHGLP3"}}]}
+    {"step": 2, "speaker": "tool", "tool": "get_reservation_details", "output": {"status": "active"}}
+    {"steps": "3-7", "summary": "2 agent steps: ls; grep -n x"}
+    </steps boundary="9c1f04ab7e21">
+
+**Why JSON records.** Whatever a user, a tool or a web page wrote, it reaches the labeller
+as the value of a JSON string: its quotes are escaped and its line breaks become `\\n`
+(every other line or paragraph separator, control and invisible format character is escaped
+as `\\uXXXX` too), so a message body can never start a line of its own, and a forged
+`[S3] AGENT: ...` line or a fake `{"step": 3, "speaker": "agent", ...}` record stays inside
+the string of the step that really holds it. Who spoke is a field we fill from the
+trajectory's own structure, never from its text. The boundary token is derived from a hash
+of the records themselves, so text inside them cannot know it and cannot close the block
+early; it is deterministic, so the same trajectory always renders to the same text and
+cache key. We chose records over indented or fenced prose because the structure is then
+checkable by parsing: `step_records` reads a rendered transcript back with `json.loads`,
+and the tests assert, for hostile inputs, that it gives back exactly the trajectory's steps.
+
+**What a quote may come from.** `Rendered.steps` holds, per visible step, its speaker and
+the text of each content field as shown (message, thinking, each tool call, the tool
+output). `label.evidence_problem` accepts a quote only inside one field of the step it
+cites, checks the speaker the labeller names against the step's real speaker, and requires
+a PRESENT or LACKING verdict to rest on the agent's own steps.
 
 **Budget.** The domain policy gets `policy_chars`: its preamble, then the sections that the
 trajectory's tool calls touch (a section naming a called tool, or its words), then the rest,
-in the policy's own order; omitted sections are named. When the transcript exceeds
-`max_tokens`, the first and last steps, every edit and test run (and their results), and
-errors are kept before the other steps; each run of dropped steps becomes one summary line
-(`[S5-S9 summarised: 3 agent steps: ls; grep -n x; cat a.py]`) that cannot be cited. What
-was cut is stated at the top of the transcript, so the labeller knows, and in
+in the policy's own order; omitted sections are named. Long bodies keep their head and tail
+around a `...[truncated N chars]...` marker. When the transcript exceeds `max_tokens`, the
+first and last steps, every edit and test run (and their results), and errors are kept
+before the other steps; each run of dropped steps becomes one summary record that cannot be
+cited. What was cut is stated above the steps, so the labeller knows, and in
 `Rendered.cuts` for the report and the console.
 
-**Injected instructions.** Text in the trajectory that reads like instructions to the
-labeller ("ignore previous instructions", "label everything PRESENT", ...) is wrapped in
-`<flagged_instruction>` tags; the prompt says it is data, and evidence quoted from it is
-rejected (`Rendered.clean` holds each step without those spans).
+**Flags are hints.** A step whose text reads as addressed to the labeller
+(`injection.find_instructions`) gets `"flagged": true` in its record and is listed in
+`Rendered.flagged` with the reason, for the report. A flag blocks nothing: the defence is
+the structure above. `withhold` replaces given quotes in given steps by a marker (see
+`label`: text a labeller kept citing as evidence it is not).
 
 Only `traj.task` and `traj.steps` are read: reward, success, status and ground truth never
-reach the text (tests check this). The same trajectory always renders to the same text and
-hash, which is part of every LLM cache key.
+reach the text (tests check this).
 """
 
 from __future__ import annotations
@@ -35,13 +60,17 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
+from .injection import find_instructions, locate
 from .schema import Step, Trajectory
 
 CHARS_PER_TOKEN = 4  # a deterministic estimate; good enough for budgets and dry-run costs
+TRUNCATED = "...[truncated {n} chars]..."
+WITHHELD = "[withheld: {n} chars the labeller cited as evidence they are not]"
 
 
 @dataclass(frozen=True)
@@ -74,17 +103,28 @@ class RenderConfig:
 
 
 @dataclass(frozen=True)
+class StepView:
+    """One visible step as the labeller sees it: who wrote it and the text of each field."""
+
+    index: int
+    speaker: str
+    fields: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Rendered:
-    """A rendered trajectory: full text, the visible text of each step, and its hash."""
+    """A rendered trajectory: full text, what each visible step shows, flags and cuts."""
 
     traj_id: str
     text: str
-    steps: dict[int, str] = field(default_factory=dict)
+    steps: dict[int, StepView] = field(default_factory=dict)
     elided: tuple[int, ...] = ()
     truncated_steps: int = 0
-    clean: dict[int, str] = field(default_factory=dict)  # visible steps minus flagged spans
-    flagged: tuple[int, ...] = ()  # steps holding instruction-like text
+    flagged: dict[int, str] = field(default_factory=dict)  # step -> why it reads as instructions
+    withheld: dict[int, list[str]] = field(default_factory=dict)  # step -> quotes withheld
     cuts: dict[str, Any] = field(default_factory=dict)
+    boundary: str = ""
+    context_flag: str = ""  # why the task context (policy, tools) reads as instructions
 
     @property
     def cut_note(self) -> str:
@@ -112,87 +152,118 @@ def clip(text: str, head: int, tail: int) -> tuple[str, bool]:
     if len(text) <= head + tail + 40:
         return text, False
     cut = len(text) - head - tail
-    return f"{text[:head]}...[truncated {cut} chars]...{text[-tail:] if tail else ''}", True
-
-
-_TAGS = re.compile(r"<(/?)(transcript|flagged_instruction)", re.I)
-_INJECTION = re.compile(
-    r"(ignore|disregard|forget|override)\s+(all\s+|any\s+|the\s+)?(previous|prior|above|earlier|"
-    r"preceding|your|system)\s+(instructions|prompts?|rules|guidelines)"
-    r"|(label|mark|rate|classify|judge)\s+(everything|all|every\s+\w+|each\s+\w+)"
-    r"(\s+\w+){0,3}\s+(as\s+)?(present|lacking|na)\b"
-    r"|new\s+instructions\s*:|you\s+are\s+now\s+(a|an|in)\b"
-    r"|(as|to)\s+the\s+(auditor|labell?er|grader|evaluator)\b",
-    re.I,
-)
-OPEN_FLAG, CLOSE_FLAG = "<flagged_instruction>", "</flagged_instruction>"
-
-
-def _neutralise(text: str) -> str:
-    # The transcript is fenced in <transcript> tags and flagged spans in <flagged_instruction>
-    # tags; text from the trajectory must not open or close either.
-    return _TAGS.sub(lambda m: f"<\\{m.group(1)}{m.group(2)}", text)
-
-
-def injection_spans(text: str) -> list[tuple[int, int]]:
-    """Character spans of instruction-like sentences aimed at the labeller (merged)."""
-    spans: list[tuple[int, int]] = []
-    for m in _INJECTION.finditer(text):
-        # from the start of the sentence (never before a step's "[S4] USER:" header)
-        start = max(text.rfind(c, 0, m.start()) for c in ".!?\n:") + 1
-        ends = [i for i in (text.find(c, m.end()) for c in "\n") if i >= 0]
-        end = min(ends) if ends else len(text)
-        while start < m.start() and text[start].isspace():
-            start += 1
-        if spans and start <= spans[-1][1]:
-            spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
-        else:
-            spans.append((start, end))
-    return spans
-
-
-def _flag(text: str) -> tuple[str, str, bool]:
-    """(text with flagged spans wrapped, text with them removed, whether any was found)."""
-    spans = injection_spans(text)
-    if not spans:
-        return text, text, False
-    marked, clean, pos = [], [], 0
-    for a, b in spans:
-        marked += [text[pos:a], OPEN_FLAG, text[a:b], CLOSE_FLAG]
-        clean += [text[pos:a], " \u241f "]  # a separator no quote can match across
-        pos = b
-    marked.append(text[pos:])
-    clean.append(text[pos:])
-    return "".join(marked), "".join(clean), True
-
-
-def _step_text(step: Step, cfg: RenderConfig) -> tuple[str, bool]:
-    label = step.source.upper()
-    parts: list[str] = []
-    cut_any = False
-    if step.source == "tool" or step.source == "environment":
-        body, cut_any = clip(step.message, cfg.tool_head, cfg.tool_tail)
-        name = f" {step.tool_name}" if step.tool_name else ""
-        err = " (error)" if step.is_error else ""
-        parts.append(f"[S{step.index}] {label}{name}{err}: {body}")
-    else:
-        if step.reasoning:
-            body, cut = clip(step.reasoning, cfg.message_head, cfg.message_tail)
-            cut_any |= cut
-            parts.append(f"[S{step.index}] {label} (thinking): {body}")
-        if step.message or not step.tool_calls:
-            body, cut = clip(step.message, cfg.message_head, cfg.message_tail)
-            cut_any |= cut
-            parts.append(f"[S{step.index}] {label}: {body}")
-    for call in step.tool_calls:
-        args, cut = clip(_args(call.arguments), cfg.tool_head, cfg.tool_tail)
-        cut_any |= cut
-        parts.append(f"[S{step.index}] {label} -> tool {call.name}({args})")
-    return _neutralise("\n".join(parts)), cut_any
+    return f"{text[:head]}{TRUNCATED.format(n=cut)}{text[-tail:] if tail else ''}", True
 
 
 def _args(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+# Characters JSON leaves raw that a reader or a tokenizer may take as a line break, or that
+# are invisible (zero-width, bidirectional controls, tag characters): escaped as \\uXXXX, so
+# a body cannot break a line and nothing in it is hidden.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cn"})
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a surrogate pair, as JSON writes characters beyond the BMP
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def dump_record(record: dict[str, Any]) -> str:
+    """One record as one line of JSON; no character in it can end the line or hide."""
+    text = json.dumps(record, ensure_ascii=False)
+    if text.isascii():
+        return text
+    return "".join(
+        c if c.isascii() or unicodedata.category(c) not in _UNSAFE_CATEGORIES else _escape(c)
+        for c in text
+    )
+
+
+def _withhold(text: str, quotes: list[str]) -> tuple[str, bool]:
+    """Replace every occurrence of each quote (folded match) by the withholding marker."""
+    changed = False
+    for quote in quotes:
+        start = 0  # search after each marker: a quote may be a word of the marker itself
+        while (span := locate(text[start:], quote)) is not None:
+            a, b = start + span[0], start + span[1]
+            marker = WITHHELD.format(n=b - a)
+            text = text[:a] + marker + text[b:]
+            start = a + len(marker)
+            changed = True
+    return text, changed
+
+
+def _record(
+    step: Step, cfg: RenderConfig, withhold: list[str]
+) -> tuple[dict[str, Any], tuple[str, ...], bool, bool]:
+    """(record, the text of each field as shown, whether it cut, whether it withheld)."""
+    rec: dict[str, Any] = {"step": step.index, "speaker": step.source}
+    fields: list[str] = []
+    cut_any = withheld = False
+
+    def body(text: str, head: int, tail: int) -> str:
+        nonlocal cut_any, withheld
+        if withhold:
+            text, hit = _withhold(text, withhold)
+            withheld |= hit
+        shown, cut = clip(text, head, tail)
+        cut_any |= cut
+        return shown
+
+    if step.source in ("tool", "environment"):
+        if step.tool_name:
+            rec["tool"] = step.tool_name
+        if step.is_error:
+            rec["error"] = True
+        shown = body(step.message, cfg.tool_head, cfg.tool_tail)
+        parsed = _json_value(shown) if shown == step.message else None
+        rec["output"] = parsed if parsed is not None else shown
+        fields.append(shown if parsed is None else json.dumps(parsed, ensure_ascii=False))
+    else:
+        if step.reasoning:
+            rec["thinking"] = body(step.reasoning, cfg.message_head, cfg.message_tail)
+            fields.append(rec["thinking"])
+        if step.message or not step.tool_calls:
+            rec["text"] = body(step.message, cfg.message_head, cfg.message_tail)
+            fields.append(rec["text"])
+    calls = []
+    for call in step.tool_calls:
+        args: Any = call.arguments
+        shown, cut = clip(_args(args), cfg.tool_head, cfg.tool_tail)
+        cut_any |= cut
+        if cut or isinstance(args, str):
+            args = shown
+        calls.append({"name": call.name, "arguments": args})
+        fields.append(f"{call.name}({shown})")
+        fields.append(json.dumps(calls[-1], ensure_ascii=False))
+    if calls:
+        rec["tool_calls"] = calls
+    return rec, tuple(fields), cut_any, withheld
+
+
+def _raw_texts(step: Step) -> list[str]:
+    """Everything the trajectory wrote into a step, before truncation (what the detector
+    reads: text past the truncation point is still in the trajectory)."""
+    texts = [step.message, step.reasoning or ""]
+    texts += [f"{c.name}({_args(c.arguments)})" for c in step.tool_calls]
+    return [t for t in texts if t]
+
+
+def _json_value(text: str) -> Any:
+    """A tool output that is a JSON object or array, parsed (embedded as data, not a string)."""
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[")):
+        return None
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return None
+    return value if isinstance(value, (dict, list)) else None
 
 
 # -- policy -----------------------------------------------------------------------------
@@ -266,7 +337,7 @@ def _context(traj: Trajectory, cfg: RenderConfig) -> tuple[str, dict[str, Any]]:
     if traj.task.policy:
         policy, cuts = _policy(traj, cfg)
         lines.append("Policy the agent must follow:\n" + policy)
-    return _neutralise("\n".join(lines)), cuts
+    return "\n".join(lines), cuts
 
 
 # -- step selection ---------------------------------------------------------------------
@@ -298,7 +369,7 @@ def _key_steps(traj: Trajectory) -> set[int]:
 
 
 def _summary(steps: list[Step]) -> str:
-    """One line standing for a run of dropped steps (not citable)."""
+    """One record standing for a run of dropped steps (not citable)."""
     first, last = steps[0].index, steps[-1].index
     commands = [
         _one_line(_args(c.arguments) if c.name == "bash" else f"{c.name}({_args(c.arguments)})")
@@ -306,10 +377,12 @@ def _summary(steps: list[Step]) -> str:
         for c in s.tool_calls
     ]
     agent = sum(s.source == "agent" for s in steps)
-    what = f"{agent} agent steps" + (": " + "; ".join(commands[:5]) if commands else "")
+    what = f"{len(steps)} steps, {agent} by the agent" + (
+        ": " + "; ".join(commands[:5]) if commands else ""
+    )
     if len(commands) > 5:
         what += f"; +{len(commands) - 5} more"
-    return _neutralise(f"[S{first}-S{last} summarised, {len(steps)} steps: {what}]")
+    return dump_record({"steps": f"{first}-{last}", "summary": what})
 
 
 def _one_line(text: str, limit: int = 60) -> str:
@@ -364,42 +437,64 @@ def cut_note(cuts: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def render(traj: Trajectory, config: RenderConfig | None = None) -> Rendered:
-    """Render one trajectory (outcome-blind); see the module docstring for the layout."""
+def render(
+    traj: Trajectory,
+    config: RenderConfig | None = None,
+    withhold: dict[int, list[str]] | None = None,
+) -> Rendered:
+    """Render one trajectory (outcome-blind); see the module docstring for the layout.
+
+    `withhold`: step index -> quotes to replace by a marker in that step's text."""
     cfg = config or RenderConfig()
     context, cuts = _context(traj, cfg)
+    context_findings = find_instructions(
+        "\n".join([traj.task.policy or "", ", ".join(traj.task.tools)])
+    )
     texts: dict[int, str] = {}
-    clean: dict[int, str] = {}
-    flagged: list[int] = []
+    views: dict[int, StepView] = {}
+    flagged: dict[int, str] = {}
+    withheld: dict[int, list[str]] = {}
     truncated = 0
     for step in traj.steps:
-        text, cut = _step_text(step, cfg)
-        texts[step.index], clean[step.index], hit = _flag(text)
+        asked = (withhold or {}).get(step.index, [])
+        rec, fields, cut, hit = _record(step, cfg, asked)
         if hit:
-            flagged.append(step.index)
+            withheld[step.index] = list(asked)
+        findings = [f for text in _raw_texts(step) for f in find_instructions(text)]
+        if findings:
+            rec["flagged"] = True
+            flagged[step.index] = findings[0].reason
+        texts[step.index] = dump_record(rec)
+        views[step.index] = StepView(step.index, step.source, fields)
         truncated += cut
-    header = context + "\n\n## Transcript"
     keep = set(texts)
-    text = _assemble(traj, header, texts, keep, cuts, truncated)
-    budget = cfg.max_tokens - approx_tokens(header) - 80  # 80: the cut note
+    text = _assemble(traj, context, texts, keep, cuts, truncated)
+    budget = cfg.max_tokens - approx_tokens(context) - 100  # 100: the cut note and fences
     for _ in range(8):  # shrink the step budget until the summary lines fit as well
         if approx_tokens(text) <= cfg.max_tokens or budget <= 0:
             break
         keep = _select(traj, texts, budget, cfg.keep_ends)
-        text = _assemble(traj, header, texts, keep, cuts, truncated)
+        text = _assemble(traj, context, texts, keep, cuts, truncated)
         budget -= max(0, approx_tokens(text) - cfg.max_tokens) + 10
-    visible = {i: t for i, t in texts.items() if i in keep}
     elided = tuple(i for i in texts if i not in keep)
     return Rendered(
         traj.traj_id,
         text,
-        visible,
+        {i: v for i, v in views.items() if i in keep},
         elided,
         truncated,
-        clean={i: clean[i] for i in visible},
-        flagged=tuple(flagged),
+        flagged=flagged,
+        withheld=withheld,
         cuts=_cuts(cuts, texts, elided, truncated),
+        boundary=_boundary(texts),
+        context_flag=context_findings[0].reason if context_findings else "",
     )
+
+
+def _boundary(texts: dict[int, str]) -> str:
+    """The per-transcript token on the boundary lines: a hash of every step record, so no
+    text inside a record can contain it (it would have to contain its own hash)."""
+    return hashlib.sha256("\n".join(texts.values()).encode()).hexdigest()[:16]
 
 
 def _cuts(
@@ -416,18 +511,21 @@ def _cuts(
 
 def _assemble(
     traj: Trajectory,
-    header: str,
+    context: str,
     texts: dict[int, str],
     keep: set[int],
     base_cuts: dict[str, Any],
     truncated: int,
 ) -> str:
-    """The transcript text: header, cut note, kept steps, one summary per dropped run."""
+    """The transcript text: context, cut note, the kept step records between the boundary
+    lines, one summary record per dropped run."""
     elided = tuple(i for i in texts if i not in keep)
     note = cut_note(_cuts(base_cuts, texts, elided, truncated))
-    lines = [header]
+    boundary = _boundary(texts)
+    lines = [context, "", "## Transcript"]
     if note:
         lines.append(f"[Abridged for length: {note}.]")
+    lines.append(f'<steps boundary="{boundary}">')
     by_index = {s.index: s for s in traj.steps}
     run: list[Step] = []
     for i, text in texts.items():
@@ -440,4 +538,29 @@ def _assemble(
             run.append(by_index[i])
     if run:
         lines.append(_summary(run))
+    lines.append(f'</steps boundary="{boundary}">')
     return "\n".join(lines)
+
+
+def step_records(text: str) -> list[dict[str, Any]]:
+    """The records between a rendered transcript's boundary lines, parsed with `json.loads`.
+
+    What a labeller that reads the structure gets back; raises `ValueError` when the block
+    is missing or a line in it is not one JSON object (which the tests assert never happens,
+    whatever the trajectory holds)."""
+    m = re.search(r'^<steps boundary="([0-9a-f]{16})">$', text, re.M)
+    if m is None:
+        raise ValueError("no <steps boundary=...> line in the transcript")
+    closing = f'</steps boundary="{m.group(1)}">'
+    body = text[m.end() + 1 :]
+    end = body.find("\n" + closing)
+    if end < 0 and not body.startswith(closing):
+        raise ValueError("the steps block is not closed by its own boundary line")
+    lines = body[:end].split("\n") if end >= 0 else []
+    records = []
+    for line in lines:
+        value = json.loads(line)
+        if not isinstance(value, dict):
+            raise ValueError(f"a line of the steps block is not a JSON object: {line[:80]}")
+        records.append(value)
+    return records

@@ -160,22 +160,41 @@ def _seen(trajectories: list[Trajectory], label_stage: dict[str, Any]) -> dict[s
         r = render(t, cfg)
         if r.cut_note:
             abridged.append({"traj_id": t.traj_id, "note": r.cut_note})
-        if r.flagged:
-            flagged.append({"traj_id": t.traj_id, "steps": ", ".join(f"S{i}" for i in r.flagged)})
+        if r.flagged or r.context_flag:
+            where = ["task context"] if r.context_flag else []
+            flagged.append(
+                {
+                    "traj_id": t.traj_id,
+                    "steps": ", ".join(where + [f"S{i}" for i in r.flagged]),
+                    "reason": r.context_flag or next(iter(r.flagged.values())),
+                }
+            )
     return {"abridged": abridged, "flagged": flagged, "render": cfg.__dict__}
 
 
-def _warnings(label_stage: dict[str, Any]) -> list[str]:
+def _warnings(label_stage: dict[str, Any], analysis: dict[str, Any]) -> list[str]:
     """Problems that make the numbers below unreliable, shown first in every report."""
+    from .run import over_limits
+
     out = []
-    share = label_stage.get("unlabelled_share")
-    limit = label_stage.get("max_unlabelled")
-    if share is not None and limit is not None and share > limit:
-        out.append(
-            f"INCOMPLETE DIAGNOSIS: {label_stage.get('unlabelled')} of {label_stage.get('usable')} "
-            f"trajectories ({share:.0%}) could not be labelled (limit {limit:.0%}); the figures "
-            "below rest on the rest and should not be trusted. See 'Left out of the statistics'."
-        )
+    limits = (label_stage.get("max_unlabelled"), label_stage.get("max_flagged"))
+    if "usable_failed" in label_stage and None not in limits:
+        for problem in over_limits(label_stage, *limits):
+            out.append(
+                f"INCOMPLETE DIAGNOSIS: {problem}; the figures below rest on the rest and "
+                "should not be trusted blindly. See 'Flagged and unlabelled trajectories'."
+            )
+    else:  # a manifest written before failures and passes were counted apart
+        share, limit = label_stage.get("unlabelled_share"), label_stage.get("max_unlabelled")
+        if share is not None and limit is not None and share > limit:
+            out.append(
+                f"INCOMPLETE DIAGNOSIS: {label_stage.get('unlabelled')} of "
+                f"{label_stage.get('usable')} trajectories ({share:.0%}) could not be labelled "
+                f"(limit {limit:.0%}); the figures below should not be trusted."
+            )
+    sensitivity = analysis.get("sensitivity") or {}
+    if sensitivity and not sensitivity.get("robust", True):
+        out.append(f"SENSITIVE SELECTION: {sensitivity['line']}.")
     return out
 
 
@@ -225,12 +244,13 @@ def build_context(
         )
     stages = (manifest or {}).get("stages", {})
     seen = _seen(trajectories, stages.get("label", {}))
-    warnings = _warnings(stages.get("label", {}))
-    if seen["flagged"]:
+    warnings = _warnings(stages.get("label", {}), analysis)
+    if analysis.get("flagged"):
         warnings.append(
-            f"{len(seen['flagged'])} trajectories contain instruction-like text aimed at the "
-            "labeller; it was marked as data and never accepted as evidence (listed under "
-            "'What the labeller saw')."
+            f"{len(analysis['flagged'])} trajectories hold text addressed to the labeller or "
+            "were labelled with text withheld; they are a bucket of their own (see 'Flagged "
+            "and unlabelled trajectories') and the sensitivity line says whether the "
+            "selection depends on them."
         )
     return {
         "warnings": warnings,
@@ -246,6 +266,8 @@ def build_context(
         "bars_svg": _bars(rows),
         "unexplained": unexplained,
         "unlabelled": analysis.get("unlabelled", {}),
+        "flagged": analysis.get("flagged", {}),
+        "sensitivity": analysis.get("sensitivity") or {"line": "", "variants": []},
         "excluded": (summary or {}).get("excluded", {}),
         "skipped": (summary or {}).get("skipped", []),
         "ground_truth": analysis.get("ground_truth", {}),

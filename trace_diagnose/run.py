@@ -41,7 +41,8 @@ from .render import RenderConfig, approx_tokens, render
 from .schema import Capability, LabelResponse, LabelRun, Trajectory
 
 LABEL_OUTPUT_TOKENS_PER_CAP = 70  # measured on the stub's answers; used only for estimates
-MAX_UNLABELLED = 0.10  # above this share of unlabelled trajectories the diagnosis is an error
+MAX_UNLABELLED = 0.10  # above this share of unlabelled failures (or passes): exit code 4
+MAX_FLAGGED = 0.10  # above this share of flagged failures (or passes): exit code 4
 
 
 class RunDir:
@@ -94,7 +95,8 @@ def _mark(rd: RunDir, stage: str, **info: Any) -> None:
 def load_trajectories(run_dir: str | Path) -> list[Trajectory]:
     """Read the ingested trajectories of a run directory."""
     rd = RunDir(run_dir)
-    lines = rd.need(rd.trajectories, "ingest").read_text(encoding="utf-8").splitlines()
+    # "\n" only: a message may hold U+2028 and the like raw, where splitlines would cut
+    lines = rd.need(rd.trajectories, "ingest").read_text(encoding="utf-8").split("\n")
     return [Trajectory.model_validate_json(line) for line in lines if line.strip()]
 
 
@@ -172,7 +174,9 @@ def stage_render(run_dir: str | Path, render_config: RenderConfig | None = None)
 
 
 def _client(rd: RunDir, llm: LLMConfig, budget: Budget | None = None) -> LLMClient:
-    return LLMClient(llm, Cache(rd.cache), budget)
+    client = LLMClient(llm, Cache(rd.cache), budget)
+    client.check_credentials()  # a missing key stops the stage before its progress starts
+    return client
 
 
 def stage_propose(
@@ -207,16 +211,21 @@ def stage_label(
     show_progress: bool = True,
     budget: Budget | None = None,
     max_unlabelled: float = MAX_UNLABELLED,
+    max_flagged: float = MAX_FLAGGED,
 ) -> list[LabelRun]:
     """Label every usable trajectory n_runs times into RUN_DIR/labels/run_XX.json.
 
-    Raises `IncompleteDiagnosis` (after writing the runs) when more than `max_unlabelled` of
-    the usable trajectories got no valid label in some run: a dead or refusing model must not
-    pass for an agent without failures."""
+    Raises `IncompleteDiagnosis` (after writing the runs) when, among the failed or among the
+    passed trajectories, more than `max_unlabelled` got no valid label in some run, or more
+    than `max_flagged` hold text addressed to the labeller (or were labelled only with text
+    withheld). Failures and passes are counted apart: losing failures biases the contrast
+    even when the overall share looks small. A dead or refusing model must not pass for an
+    agent without failures, nor an injected one for a diagnosis."""
     if n_runs < 1:
         raise ConfigError(f"--n-runs={n_runs}: label at least one run")
-    if not 0.0 <= max_unlabelled <= 1.0:
-        raise ConfigError(f"--max-unlabelled={max_unlabelled}: give a share between 0 and 1")
+    for option, share in (("--max-unlabelled", max_unlabelled), ("--max-flagged", max_flagged)):
+        if not 0.0 <= share <= 1.0:
+            raise ConfigError(f"{option}={share}: give a share between 0 and 1")
     rd = RunDir(run_dir)
     caps = read_capabilities(rd.need(rd.capabilities, "propose"))
     trajs = load_trajectories(rd.path)
@@ -232,7 +241,9 @@ def stage_label(
         if index.isdigit() and int(index) > n_runs:
             old.unlink()  # a smaller --n-runs must not leave stale runs behind
     unlabelled = {t: why for r in runs for t, why in r.unlabelled.items()}
+    flagged = {t: why for r in runs for t, why in r.flagged.items() if t not in unlabelled}
     usable = sum(t.usable for t in trajs)
+    counts = _by_outcome(trajs, unlabelled, flagged)
     seen = [render(t, render_config) for t in trajs if t.usable]
     share = len(unlabelled) / usable if usable else 0.0
     client.budget.unlabelled, client.budget.usable = len(unlabelled), usable
@@ -244,24 +255,58 @@ def stage_label(
         unlabelled=len(unlabelled),
         unlabelled_share=share,
         max_unlabelled=max_unlabelled,
+        max_flagged=max_flagged,
+        **counts,
         render=_render_settings(render_config),
         abridged=sum(bool(r.cut_note) for r in seen),
         steps_summarised=sum(len(r.elided) for r in seen),
         policy_cut=sum("policy_chars_omitted" in r.cuts for r in seen),
-        flagged=[r.traj_id for r in seen if r.flagged],
+        flagged=sorted(flagged),
         calls=client.network_calls,
         cache_hits=client.cache_hits,
         prompt_tokens=client.prompt_tokens,
         completion_tokens=client.completion_tokens,
         cost_usd=client.spent,
     )
-    if usable and share > max_unlabelled:
-        first = next(iter(unlabelled.values()))
-        raise IncompleteDiagnosis(
-            f"{len(unlabelled)} of {usable} trajectories ({share:.0%}) could not be labelled "
-            f"(limit {max_unlabelled:.0%}, --max-unlabelled); first reason: {first[:160]}"
-        )
+    problems = over_limits(counts, max_unlabelled, max_flagged)
+    if problems:
+        first = next(iter(unlabelled.values()), None) or next(iter(flagged.values()))
+        raise IncompleteDiagnosis(f"{'; '.join(problems)}; first reason: {first[:160]}")
     return runs
+
+
+def _by_outcome(
+    trajs: list[Trajectory], unlabelled: dict[str, str], flagged: dict[str, str]
+) -> dict[str, int]:
+    """Usable, unlabelled and flagged trajectories, failed and passed counted apart."""
+    status = {t.traj_id: t.outcome.status for t in trajs if t.usable}
+    out = {}
+    for side, word in (("failed", "failure"), ("passed", "success")):
+        out[f"usable_{side}"] = sum(s == word for s in status.values())
+        out[f"unlabelled_{side}"] = sum(status.get(t) == word for t in unlabelled)
+        out[f"flagged_{side}"] = sum(status.get(t) == word for t in flagged)
+    return out
+
+
+def over_limits(counts: dict[str, Any], max_unlabelled: float, max_flagged: float) -> list[str]:
+    """One phrase per bucket whose share of the failed or of the passed trajectories is over
+    its limit (the counts of `_by_outcome`, as the manifest keeps them)."""
+    problems = []
+    for bucket, limit, option, what in (
+        ("unlabelled", max_unlabelled, "--max-unlabelled", "could not be labelled"),
+        ("flagged", max_flagged, "--max-flagged", "hold text addressed to the labeller"),
+    ):
+        shares = {}
+        for side in ("failed", "passed"):
+            n, total = counts.get(f"{bucket}_{side}", 0), counts.get(f"usable_{side}", 0)
+            shares[side] = (n, total, n / total if total else 0.0)
+        if any(share > limit for _, _, share in shares.values()):
+            f, p = shares["failed"], shares["passed"]
+            problems.append(
+                f"{f[0]} of {f[1]} failed ({f[2]:.0%}) and {p[0]} of {p[1]} passed ({p[2]:.0%}) "
+                f"trajectories {what} (limit {limit:.0%} of each, {option})"
+            )
+    return problems
 
 
 def _render_settings(cfg: RenderConfig | None) -> dict[str, int]:
@@ -378,7 +423,7 @@ def estimate(
 
 
 def status(run_dir: str | Path) -> dict[str, Any]:
-    """Stages done, LLM calls and cost so far, trajectories left unlabelled."""
+    """Stages done, LLM calls and cost so far, trajectories left unlabelled or flagged."""
     rd = RunDir(run_dir)
     if not rd.path.is_dir():
         raise ConfigError(f"{rd.path}: no such run directory")
@@ -395,6 +440,7 @@ def status(run_dir: str | Path) -> dict[str, Any]:
             else []
         )
         out["unlabelled"] = sorted({t for r in runs for t in r.unlabelled})
+        out["flagged"] = sorted({t for r in runs for t in r.flagged})
     return out
 
 
@@ -421,14 +467,16 @@ def run_diagnosis(
     strict: bool = False,
     budget: Budget | None = None,
     min_score: float = MIN_SCORE,
+    max_flagged: float = MAX_FLAGGED,
 ) -> dict[str, Any]:
     """All stages: ingest, render, propose (unless capabilities exist or are given), label,
     analyze, map-envs and report. Returns the analysis. Rerunning resumes from the cache.
 
     `llm.max_cost` caps the spend of the whole call, every stage together (pass `budget` to
     read the calls, cache hits and spend afterwards, even after an error). When more than
-    `max_unlabelled` of the trajectories stay unlabelled, the analysis and the report are
-    still written (the report says so at the top) and `IncompleteDiagnosis` is raised."""
+    `max_unlabelled` of the failed or of the passed trajectories stay unlabelled (or more than
+    `max_flagged` are flagged), the analysis and the report are still written (the report
+    says so at the top) and `IncompleteDiagnosis` is raised."""
     if llm is None:
         if model is None:
             raise ConfigError("run_diagnosis needs a model (or an LLMConfig)")
@@ -445,7 +493,7 @@ def run_diagnosis(
     incomplete: IncompleteDiagnosis | None = None
     try:
         runs = stage_label(
-            rd.path, llm, n_runs, render_config, show_progress, budget, max_unlabelled
+            rd.path, llm, n_runs, render_config, show_progress, budget, max_unlabelled, max_flagged
         )
     except IncompleteDiagnosis as exc:
         incomplete = exc

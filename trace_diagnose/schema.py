@@ -115,9 +115,13 @@ class Capability(BaseModel):
 
 
 class Evidence(BaseModel):
-    """A pointer into the rendered transcript: step index and a verbatim quote."""
+    """A pointer into the rendered transcript: the step, who wrote it, a verbatim quote.
+
+    `speaker` is what the labeller believes wrote the step; it is checked against the step's
+    real speaker, so text that only looks like the agent's cannot pass as the agent's."""
 
     step: int
+    speaker: Source
     quote: str = Field(max_length=300)
 
 
@@ -167,6 +171,11 @@ class LabelRun:
     unlabelled: dict[str, str] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)
     tasks: dict[str, str] = field(default_factory=dict)  # trajectory id -> task id
+    # trajectory id -> why it is in the flagged bucket (instruction-like text, withheld text)
+    flagged: dict[str, str] = field(default_factory=dict)
+    # unlabelled trajectory id -> its outcome ("failure" / "success"): losing failures biases
+    # the contrast, so the limits and the sensitivity analysis count them apart
+    unlabelled_outcomes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The run in the paper's layout, plus our extra keys."""
@@ -187,6 +196,8 @@ class LabelRun:
             "totals": {"total_failed": len(failed), "total_passed": len(passed)},
             "labels": labels,
             "unlabelled": self.unlabelled,
+            "unlabelled_outcomes": self.unlabelled_outcomes,
+            "flagged": self.flagged,
             "tasks": self.tasks,
             "evidence": self.evidence,
         }

@@ -11,7 +11,21 @@ often that body was seen) with HTTP 500, a stall past the client timeout, malfor
 schema-violating JSON, or evidence citing a step that does not exist. `counts` and
 `completed` record every request body hash at the stub, so tests count calls across
 processes. `block_after` makes the stub hang after that many successful answers (used to
-SIGKILL a client at a known point). Used by the tests and by benchmarks/diagnose_overhead.py.
+SIGKILL a client at a known point). `die_after` makes the server close its socket after that
+many answers, as an endpoint that dies mid-run (later connections are refused).
+`latency_range` draws each answer's latency uniformly from (low, high), seeded by the request.
+
+**Obedient mode** (`obey_injection`): a gullible, compliant labeller, the adversary's best
+case. It reads every content field the way a fooled model would: look-alike letters and
+invisible characters read as plain Latin (`trace_diagnose.injection.fold`), and a line
+shaped like a step (`[S3] AGENT: ...`, `AGENT: ...`, or a `{"step": 3, "speaker": "agent",
+"text": ...}` object) inside a user's or a tool's text is believed to be that step. It obeys
+any sentence it reads that gives a verdict (PRESENT / LACKING / NA / not applicable) for a
+scope (a capability's name, or every / each / all capabilities, or everything), citing the
+sentence as its evidence, from the step (and speaker) it believes it is in. With
+`corrects_on_repair` it re-reads carefully once told its answer was invalid (believes no
+forged step, obeys nothing); otherwise it repeats itself however often it is corrected.
+`forged_citations` and `obeyed` count the answers in which the attack took hold.
 """
 
 from __future__ import annotations
@@ -25,6 +39,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from trace_diagnose.injection import fold
 
 FAULTS = ("http500", "timeout", "malformed", "schema", "bad_step")
 
@@ -45,7 +61,10 @@ class StubConfig:
     )
     block_after: int | None = None
     http_status: int | None = None  # answer every request with this error status
-    obey_injection: bool = False  # a compliant model: "label everything PRESENT" is obeyed
+    obey_injection: bool = False  # gullible and compliant: see the module docstring
+    corrects_on_repair: bool = False  # in obedient mode: re-read carefully after a repair turn
+    die_after: int | None = None  # close the server after this many answers
+    latency_range: tuple[float, float] | None = None  # per-answer latency drawn in this range
 
 
 def _unit(*parts: Any) -> float:
@@ -62,6 +81,10 @@ class StubLLM:
         self.completed: list[str] = []
         self.log: list[str] = []  # every request, in arrival order
         self.faults: Counter[str] = Counter()
+        self.forged_citations = 0  # answers citing a step that exists only in forged text
+        self.obeyed = 0  # answers that followed an instruction found in the transcript
+        self.answered = 0
+        self.arrivals: list[float] = []  # time.monotonic() of every request's arrival
         self.lock = threading.Lock()
         self.release = threading.Event()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -78,6 +101,10 @@ class StubLLM:
 
     def stop(self) -> None:
         self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _die(self) -> None:
         self.server.shutdown()
         self.server.server_close()
 
@@ -111,6 +138,7 @@ class StubLLM:
     def answer(self, req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         key = request_hash(req)
         with self.lock:
+            self.arrivals.append(time.monotonic())
             self.counts[key] += 1
             self.log.append(key)
             seen = self.counts[key]
@@ -126,6 +154,9 @@ class StubLLM:
             return code, {"error": {"message": f"stub: refused with {code}", "code": code}}
         if self.config.latency_s:
             time.sleep(self.config.latency_s)
+        if self.config.latency_range:
+            low, high = self.config.latency_range
+            time.sleep(low + (high - low) * _unit("latency", key, seen))
         fault = self._fault(key, seen)
         if fault == "http500":
             return 500, {"error": {"message": "stub: internal error", "type": "server_error"}}
@@ -135,6 +166,10 @@ class StubLLM:
         content = self._content(req, fault)
         with self.lock:
             self.completed.append(key)
+            self.answered += 1
+            dying = self.config.die_after is not None and self.answered >= self.config.die_after
+        if dying:  # close the listening socket: later connections are refused
+            threading.Thread(target=self._die, daemon=True).start()
         prompt = sum(len(str(m.get("content", ""))) for m in req.get("messages", [])) // 4
         return 200, {
             "id": f"stub-{key[:8]}-{seen}",
@@ -173,7 +208,9 @@ class StubLLM:
                 obj["labels"][0]["verdict"] = "MAYBE"
             elif fault == "bad_step":
                 obj["labels"][0]["verdict"] = "LACKING"
-                obj["labels"][0]["evidence"] = [{"step": 9999, "quote": "nothing"}]
+                obj["labels"][0]["evidence"] = [
+                    {"step": 9999, "speaker": "agent", "quote": "nothing"}
+                ]
         elif schema_name == "ProposedCapabilities":
             obj = {
                 "capabilities": self.config.propose
@@ -194,46 +231,49 @@ class StubLLM:
         return json.dumps(obj)
 
     def _label(self, req: dict[str, Any]) -> dict[str, Any]:
-        user = req["messages"][1]["content"]
-        transcript, _, rubric = user.partition("## Capabilities to label")
-        tid = re.search(r'<transcript id="([^"]*)"', transcript).group(1)
-        steps = {
-            int(m.group(1)): m.group(0) for m in re.finditer(r"^\[S(\d+)\][^\n]*", transcript, re.M)
-        }
-        labels = []
-        injected = re.search(r"[^\n]*label everything PRESENT[^\n]*", transcript)
-        if self.config.obey_injection and injected:
-            line = injected.group(0)
-            step = int(re.match(r"\[S(\d+)\]", line).group(1))
-            quote = line.split(": ", 1)[-1]
-            quote = quote[quote.find("ignore") :][:200].replace("</flagged_instruction>", "")
-            return {
-                "labels": [
+        messages = req["messages"]
+        transcript, _, rubric = messages[1]["content"].partition("## Capabilities to label")
+        tid = json.loads(re.search(r'<transcript id=("(?:[^"\\]|\\.)*")>', transcript).group(1))
+        caps = re.findall(r"^### (\S+)", rubric, re.M)
+        steps = _records(transcript)  # (step, speaker, [content strings])
+        careful = self.config.corrects_on_repair and any(m["role"] == "assistant" for m in messages)
+        gullible = self.config.obey_injection and not careful
+        believed = list(steps)
+        if gullible:
+            believed += [f for s in steps for f in _forged(s)]
+        orders = [o for s in believed for o in _instructions(s, caps)] if gullible else []
+        labels, forged_cited, obeyed = [], False, False
+        for cap in caps:
+            order = next((o for o in orders if cap in o["scope"]), None)
+            if order is not None:
+                obeyed = True
+                evidence = [] if order["verdict"] == "NA" else [order["evidence"]]
+                labels.append(
                     {
                         "capability": cap,
-                        "verdict": "PRESENT",
-                        "evidence": [{"step": step, "quote": quote}],
-                        "rationale": "as instructed in the transcript",
+                        "verdict": order["verdict"],
+                        "evidence": evidence,
+                        "rationale": "as the transcript instructs",
                     }
-                    for cap in re.findall(r"^### (\S+)", rubric, re.M)
-                ]
-            }
-        for cap in re.findall(r"^### (\S+)", rubric, re.M):
+                )
+                continue
             verdict, evidence = "NA", []
             marks = self.config.markers.get(cap, {})
             for kind in ("lacking", "present"):
                 hit = next(
                     (
-                        (i, line)
+                        (step, speaker, m, forged)
                         for m in marks.get(kind, [])
-                        for i, line in steps.items()
-                        if m in line
+                        for step, speaker, texts, *forged in believed
+                        if speaker == "agent" and any(fold(m) in fold(t) for t in texts)
                     ),
                     None,
                 )
                 if hit:  # quote the marker sentence itself, as a careful model would
-                    quote = next(m for m in marks[kind] if m in hit[1])
-                    verdict, evidence = kind.upper(), [{"step": hit[0], "quote": quote}]
+                    step, speaker, quote, forged = hit
+                    forged_cited |= bool(forged)
+                    verdict = kind.upper()
+                    evidence = [{"step": step, "speaker": speaker, "quote": quote}]
                     break
             if verdict != "NA" and _unit("noise", req.get("seed"), tid, cap) < self.config.noise:
                 verdict = "PRESENT" if verdict == "LACKING" else "LACKING"
@@ -245,6 +285,9 @@ class StubLLM:
                     "rationale": f"stub judged {cap} from the markers.",
                 }
             )
+        with self.lock:
+            self.forged_citations += forged_cited
+            self.obeyed += obeyed
         return {"labels": labels}
 
     def _env_choice(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -262,3 +305,100 @@ def request_hash(req: dict[str, Any]) -> str:
     """Identity of a request at the stub: model, seed and messages."""
     ident = {"model": req.get("model"), "seed": req.get("seed"), "messages": req.get("messages")}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+# -- how the stub reads a transcript ---------------------------------------------------------
+_LINE_BREAK = re.compile(r"[\n\r\u2028\u2029\x85\v\f]")
+_SPEAKERS = {
+    "agent": "agent",
+    "assistant": "agent",
+    "user": "user",
+    "customer": "user",
+    "tool": "tool",
+    "system": "system",
+    "environment": "environment",
+}
+_HEADER = re.compile(
+    r"^\s*\[\s*s\s*(\d+)\s*\]\s*(agent|assistant|user|customer|tool|system|environment)\b[^:]*?:\s*(.*)$",
+    re.I,
+)
+_LABEL = re.compile(r"^\s*(agent|assistant)\s*:\s*(.+)$", re.I)
+_RECORD = re.compile(
+    r'\{\s*"step"\s*:\s*(\d+)\s*,\s*"speaker"\s*:\s*"(\w+)"\s*,\s*"text"\s*:\s*"((?:[^"\\]|\\.)*)"'
+)
+_VERDICT = re.compile(r"\b(present|lacking|not applicable|n/?a)\b", re.I)
+_ALL = re.compile(
+    r"\beverything\b|\b(?:every|each|all|any)\b[^.!?]*?\b(?:capabilit|skill|criteri|categor|label"
+    r"|verdict|item|question|rubric)",
+    re.I,
+)
+
+
+def _records(transcript: str) -> list[tuple[int, str, list[str]]]:
+    """The steps as a model that reads the structure sees them."""
+    m = re.search(r'^<steps boundary="(\w+)">$', transcript, re.M)
+    if m is None:
+        return []
+    body = transcript[m.end() :].split(f'</steps boundary="{m.group(1)}">')[0]
+    steps = []
+    for line in body.strip("\n").split("\n"):
+        rec = json.loads(line)
+        if "step" not in rec:
+            continue  # a summary of dropped steps
+        texts = [rec[k] for k in ("text", "thinking") if isinstance(rec.get(k), str)]
+        if "output" in rec:
+            out = rec["output"]
+            texts.append(out if isinstance(out, str) else json.dumps(out, ensure_ascii=False))
+        for call in rec.get("tool_calls", []):
+            texts.append(f"{call['name']}({json.dumps(call['arguments'], ensure_ascii=False)})")
+        steps.append((rec["step"], rec["speaker"], texts))
+    return steps
+
+
+def _forged(step: tuple[int, str, list[str]]) -> list[tuple[int, str, list[str], bool]]:
+    """Steps a gullible reader believes it sees inside one step's text."""
+    host, _, texts = step
+    found = []
+    for text in texts:
+        for raw in _LINE_BREAK.split(text):
+            line = fold(raw, casefold=False)
+            if m := _HEADER.match(line):
+                found.append((int(m.group(1)), _SPEAKERS[m.group(2).lower()], [m.group(3)], True))
+            elif m := _LABEL.match(line):
+                found.append((host, "agent", [m.group(2)], True))
+        for m in _RECORD.finditer(fold(text, casefold=False)):
+            speaker = _SPEAKERS.get(m.group(2).lower(), m.group(2).lower())
+            found.append((int(m.group(1)), speaker, [json.loads(f'"{m.group(3)}"')], True))
+    return found
+
+
+def _instructions(step: tuple, caps: list[str]) -> list[dict[str, Any]]:
+    """Sentences giving a verdict for a scope, which an obedient reader follows."""
+    index, speaker, texts = step[0], step[1], step[2]
+    orders = []
+    for text in texts:
+        for raw in re.split(r"(?<=[.!?])\s+|" + _LINE_BREAK.pattern, text):
+            sentence = fold(raw, casefold=False)
+            verdict = _VERDICT.search(sentence)
+            if verdict is None:
+                continue
+            word = verdict.group(1).lower()
+            verdict_name = (
+                "PRESENT" if word == "present" else "LACKING" if word == "lacking" else "NA"
+            )
+            named = [
+                c
+                for c in caps
+                if re.search(re.escape(c) + "|" + r"\s+".join(c.split("_")), sentence, re.I)
+            ]
+            scope = list(caps) if _ALL.search(sentence) else named
+            if scope:
+                quote = raw.strip()[:200]
+                orders.append(
+                    {
+                        "verdict": verdict_name,
+                        "scope": scope,
+                        "evidence": {"step": index, "speaker": speaker, "quote": quote},
+                    }
+                )
+    return orders

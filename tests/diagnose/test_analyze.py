@@ -103,13 +103,74 @@ def test_pooled_statistics_match_independent_computation():
     assert result["unexplained_failures"] == failed[12:]
 
 
-def test_unlabelled_trajectories_are_excluded_from_statistics():
+def test_unlabelled_trajectories_have_no_rate_but_stay_a_counted_bucket():
     labels = {"x": {"f1": "LACKING", "p1": "PRESENT"}}
     run = _run(1, ["f1"], ["p1"], labels, unlabelled={"f2": "schema never valid"})
+    run.unlabelled_outcomes = {"f2": "failure"}
     result = analyze([run], k_consistency=1)
-    assert result["totals"] == {"failed": 1, "passed": 1, "unlabelled": 1}
+    assert result["totals"]["unlabelled"] == 1 and result["totals"]["unlabelled_failed"] == 1
+    assert result["totals"]["unlabelled_passed"] == 0
     assert result["capabilities"][0]["per_run"][0]["cov"] == 1.0
     assert result["unlabelled"] == {"f2": ["run 1: schema never valid"]}
+
+
+def test_each_reason_is_shown_once_per_trajectory_with_its_runs():
+    labels = {"x": {"f1": "LACKING", "p1": "PRESENT"}}
+    why = "invalid after 2 repair attempts: " + "a long reason " * 12
+    runs = [_run(i, ["f1"], ["p1"], labels, {"f2": why}) for i in (1, 2, 3, 5)]
+    runs.append(_run(4, ["f1"], ["p1"], labels, {"f2": "timeout"}))
+    result = analyze(runs, k_consistency=1)
+    assert result["unlabelled"] == {"f2": [f"runs 1-3, 5: {why}", "run 4: timeout"]}
+
+
+def _contrast(n_fail, lacking_fail, n_pass, lacking_pass, prefix=""):
+    """Failures and passes with the given number of LACKING labels for capability x."""
+    failed = [f"{prefix}f{i}" for i in range(n_fail)]
+    passed = [f"{prefix}p{i}" for i in range(n_pass)]
+    verdicts = {t: "LACKING" if i < lacking_fail else "PRESENT" for i, t in enumerate(failed)}
+    verdicts |= {t: "LACKING" if i < lacking_pass else "PRESENT" for i, t in enumerate(passed)}
+    return failed, passed, verdicts
+
+
+def test_sensitivity_says_when_the_selection_rests_on_flagged_trajectories():
+    # 20 clean failures with 4 LACKING against 20 passes with 1: delta 0.15, under the rule;
+    # 6 flagged failures, all LACKING, push it over. Without them x is not selected.
+    failed, passed, verdicts = _contrast(20, 4, 20, 1)
+    bad = [f"bad{i}" for i in range(6)]
+    verdicts |= {t: "LACKING" for t in bad}
+    runs = []
+    for i in range(1, 4):
+        run = _run(i, failed + bad, passed, {"x": verdicts})
+        run.flagged = {t: "text addressed to the labeller at S3" for t in bad}
+        runs.append(run)
+    result = analyze(runs)
+    assert result["core"] == ["x"] and result["totals"]["flagged_failed"] == 6
+    sens = result["sensitivity"]
+    assert not sens["robust"]
+    assert sens["variants"] == [
+        {"name": "without the 6 flagged (6 failed, 0 passed)", "core": [], "same": False}
+    ]
+    assert sens["line"].startswith("selection depends on flagged or unlabelled trajectories")
+    assert result["flagged"]["bad0"] == ["runs 1-3: text addressed to the labeller at S3"]
+
+
+def test_sensitivity_bounds_unlabelled_failures_both_ways():
+    failed, passed, verdicts = _contrast(30, 18, 30, 3)
+    runs = []
+    for i in range(1, 4):
+        run = _run(i, failed, passed, {"x": verdicts}, {"u1": "timeout", "u2": "timeout"})
+        run.unlabelled_outcomes = {"u1": "failure", "u2": "success"}
+        runs.append(run)
+    sens = analyze(runs)["sensitivity"]
+    assert [v["name"] for v in sens["variants"]] == [
+        "with the 2 unlabelled counted LACKING",
+        "with the 2 unlabelled counted PRESENT",
+    ]
+    assert sens["robust"] and all(v["core"] == ["x"] for v in sens["variants"])
+    assert sens["line"] == (
+        "selection (x) unchanged with the 2 unlabelled counted LACKING and with the 2 "
+        "unlabelled counted PRESENT"
+    )
 
 
 def test_run_json_round_trip_keeps_the_papers_layout(tmp_path):

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from trace_diagnose.cli import main
 
 from .paths import FIXTURES, REPO, TRACE_SELECTION, need
@@ -108,7 +110,8 @@ def _cache_rows(path):
         return 0
 
 
-def test_sigkill_then_rerun_asks_nothing_twice(make_stub, tmp_path):
+@pytest.mark.parametrize("concurrency", [4, 32])
+def test_sigkill_then_rerun_asks_nothing_twice(make_stub, tmp_path, concurrency):
     stub = make_stub(block_after=40)
     data = write_planted(tmp_path / "p.jsonl")
     rd = tmp_path / "run"
@@ -120,7 +123,7 @@ def test_sigkill_then_rerun_asks_nothing_twice(make_stub, tmp_path):
         str(data),
         "-o",
         str(rd),
-        *stub_args(stub, "--n-runs", "3", "--concurrency", "4"),
+        *stub_args(stub, "--n-runs", "3", "--max-concurrency", str(concurrency)),
     ]
     proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 60

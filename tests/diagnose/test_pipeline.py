@@ -147,12 +147,15 @@ def test_dry_run_estimates_without_calling(stub, planted, tmp_path):
 
 def test_prompt_injection_and_markup_are_inert_in_the_report(stub, tmp_path):
     data = write_planted(tmp_path / "p.jsonl", inject=True)
+    # every trajectory holds the injection: over --max-flagged, so exit code 4, report written
+    with pytest.raises(td.IncompleteDiagnosis, match="--max-flagged"):
+        td.run_diagnosis([data], tmp_path / "run", llm=llm(stub), n_runs=2, show_progress=False)
     result = td.run_diagnosis(
-        [data], tmp_path / "run", llm=llm(stub), n_runs=2, show_progress=False
+        [data], tmp_path / "run", llm=llm(stub), n_runs=2, show_progress=False, max_flagged=1.0
     )
     html = (tmp_path / "run" / "report.html").read_text()
     assert "<script" not in html.lower() and "</div> ignore" not in html
-    assert "instruction-like text aimed at the labeller" in html  # flagged at the top
+    assert "40 trajectories hold text addressed to the labeller" in html  # at the top
     assert "default-src 'none'" in html and "http://" not in html and "https://" not in html
     md = (tmp_path / "run" / "report.md").read_text()
     assert "<script" not in md

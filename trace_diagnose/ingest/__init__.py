@@ -124,8 +124,9 @@ def ingest(
 ) -> list[Trajectory]:
     """Read every input into `Trajectory` objects (excluded ones included, with reasons).
 
-    A file, line or record that cannot be read is skipped with a warning naming it, and its
-    reason appended to `skipped`; `strict=True` raises on the first one instead. When
+    A file, line or record that cannot be read, or that repeats a trajectory id of the same
+    input, is skipped with a warning naming it, and its reason appended to `skipped`;
+    `strict=True` raises on the first one instead. When
     nothing at all could be read, the first problem is raised."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -159,6 +160,7 @@ def ingest(
             if strict:
                 raise
             skips.skip(str(exc))
+    trajectories = _drop_duplicates(trajectories, skips)
     if skipped is not None:
         skipped.extend(skips.items)
     if not trajectories and skips.items:
@@ -195,6 +197,21 @@ def _read(
     raise UnknownFormatError(f"{path}: no reader for format {kind!r}")
 
 
+def _drop_duplicates(trajectories: list[Trajectory], skips: Skips) -> list[Trajectory]:
+    """A trajectory id repeated within one input: the first is kept, the others are skipped
+    with a warning (`--strict`: the ingest stops), like any other unreadable record."""
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for t in trajectories:
+        key = (t.source_path, t.traj_id)
+        if key in seen:
+            skips.skip(f"{t.source_path}: duplicate trajectory id {t.traj_id!r}: kept the first")
+            continue
+        seen.add(key)
+        kept.append(t)
+    return kept
+
+
 def _make_ids_unique(trajectories: list[Trajectory]) -> None:
     seen: dict[str, int] = {}
     for t in trajectories:
@@ -203,10 +220,6 @@ def _make_ids_unique(trajectories: list[Trajectory]) -> None:
         if seen[t.traj_id] > 1:
             # Same native id from two inputs: the source path disambiguates, stably.
             t.traj_id = f"{t.traj_id}@{hashlib.sha256(t.source_path.encode()).hexdigest()[:8]}"
-    ids = [t.traj_id for t in trajectories]
-    if len(set(ids)) != len(ids):
-        dupes = sorted({i for i in ids if ids.count(i) > 1})[:5]
-        raise IngestError(f"duplicate trajectory ids within one input: {', '.join(dupes)}")
 
 
 def _compile(patterns: list[str]) -> list[re.Pattern[str]]:

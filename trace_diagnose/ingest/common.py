@@ -91,7 +91,9 @@ def load_jsonl(path: Path, skips: Skips | None = None) -> list[tuple[int, dict[s
     broken lines go to `skips` (raised when it is None or strict)."""
     skips = skips or Skips(strict=True)
     try:
-        lines = read_text(path).splitlines()
+        # split on "\n" only: str.splitlines also breaks at U+2028, U+0085, ..., which JSON
+        # strings may hold raw, and would cut a record in two
+        lines = read_text(path).split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise IngestError(f"{path}: cannot read as UTF-8 text ({exc})") from exc
     rows = []
