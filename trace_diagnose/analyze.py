@@ -595,3 +595,24 @@ def lacking_rates(runs: list[LabelRun]) -> dict[str, dict[str, Any]]:
             "runs": len(runs),
         }
     return out
+
+
+def over_limits(counts: dict[str, Any], max_unlabelled: float, max_flagged: float) -> list[str]:
+    """One phrase per bucket whose share of the failed or of the passed trajectories is over
+    its limit (the counts of `_by_outcome`, as the manifest keeps them)."""
+    problems = []
+    for bucket, limit, option, what in (
+        ("unlabelled", max_unlabelled, "--max-unlabelled", "could not be labelled"),
+        ("flagged", max_flagged, "--max-flagged", "hold text addressed to the labeller"),
+    ):
+        shares = {}
+        for side in ("failed", "passed"):
+            n, total = counts.get(f"{bucket}_{side}", 0), counts.get(f"usable_{side}", 0)
+            shares[side] = (n, total, n / total if total else 0.0)
+        if any(share > limit for _, _, share in shares.values()):
+            f, p = shares["failed"], shares["passed"]
+            problems.append(
+                f"{f[0]} of {f[1]} failed ({f[2]:.0%}) and {p[0]} of {p[1]} passed ({p[2]:.0%}) "
+                f"trajectories {what} (limit {limit:.0%} of each, {option})"
+            )
+    return problems

@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .analyze import over_limits
 from .schema import Capability, LabelRun, Trajectory
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -174,8 +175,6 @@ def _seen(trajectories: list[Trajectory], label_stage: dict[str, Any]) -> dict[s
 
 def _warnings(label_stage: dict[str, Any], analysis: dict[str, Any]) -> list[str]:
     """Problems that make the numbers below unreliable, shown first in every report."""
-    from .run import over_limits
-
     out = []
     limits = (label_stage.get("max_unlabelled"), label_stage.get("max_flagged"))
     if "usable_failed" in label_stage and None not in limits:
