@@ -94,8 +94,8 @@ def test_in_process_outcomes_match_the_sandbox(env_id):
     """What generation computed in-process (which tests the defect breaks) holds in the
     sandbox on the defective module."""
     _, task = _task(env_id, 3, 0.5)
-    run = run_suite(task, task.source, Sandbox(swe_common.SANDBOX_LIMITS))
-    passed = {k for k, v in run.report.items() if v[0] == "passed"}
+    suite = run_suite(task, task.source)
+    passed = {k for k, (outcome, _) in suite.results.items() if outcome == "passed"}
     assert task.target_name not in passed
     assert set(task.passing_before) <= passed
     assert not set(task.hidden_fail_to_pass) & passed
@@ -174,7 +174,8 @@ def test_oracle_scores_one_and_reports_the_sandbox(env_id):
     _, reward, term, _, info = env.step(env.unwrapped.oracle_actions()[0])
     assert term and reward == 1.0 and info["is_success"]
     assert info["sandbox"]["status"] == "ok"
-    assert info["sandbox"]["isolation"] in ("bwrap", "rlimits")
+    assert info["sandbox"]["isolation"] == "bwrap"
+    assert "tmpfs" in info["sandbox"]["guarantees"]["disk"]
     as_text = env.unwrapped.oracle_actions()[0]["arguments"]["patch"]
     env.reset(seed=11)
     assert env.step(as_text)[1] == 1.0
@@ -230,9 +231,9 @@ def test_tampering_gate():
 
 
 def test_sandbox_failure_ends_the_episode_as_infra_error(monkeypatch):
-    broken = Sandbox(Limits(), isolation="rlimits", python="/nonexistent/python")
-    monkeypatch.setattr(swe_common.SweEnv, "_sandbox", broken)
-    env = gym.make("trace/swe-semantic-precision-v0")
+    broken = Sandbox(Limits(), isolation="none", python="/nonexistent/python")
+    monkeypatch.setitem(swe_common._SANDBOXES, "none", broken)
+    env = gym.make("trace/swe-semantic-precision-v0", isolation="none")
     env.reset(seed=123)
     _, reward, term, _, info = env.step(env.unwrapped.oracle_actions()[0])
     assert term and reward == 0.0
