@@ -173,4 +173,3 @@ def deficit_agent_from_spec(spec: str) -> DeficitAgent:
     except ValueError:
         raise ValueError(f"{spec!r}: the seed must be an integer, got {seed!r}") from None
     return DeficitAgent(profile, seed_value)
-

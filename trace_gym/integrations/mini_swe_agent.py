@@ -79,6 +79,8 @@ class TraceSweEnvironment:
     repository; see the module docstring."""
 
     def __init__(self, **kwargs: Any) -> None:
+        import gymnasium as gym
+
         import trace_gym
 
         self.config = TraceSweEnvironmentConfig(**kwargs)
@@ -95,10 +97,12 @@ class TraceSweEnvironment:
             isolation=cfg.isolation,
             strict=False,
         )  # raises SandboxUnavailable (how to install bubblewrap, the opt-in) before anything
-        env_kwargs = dict(cfg.env_kwargs)
-        if issubclass(trace_gym.registration.entry(cfg.env_id).load_class(), SweEngine):
-            env_kwargs.setdefault("isolation", self.sandbox.isolation)  # its verifier's too
-        self.env = trace_gym.make(cfg.env_id, **env_kwargs).unwrapped
+        if cfg.env_id in gym.registry:  # a trace_gym id, or one validate registered
+            self.env = gym.make(cfg.env_id, **cfg.env_kwargs).unwrapped
+        else:
+            self.env = trace_gym.make(cfg.env_id, **cfg.env_kwargs).unwrapped  # says what exists
+        if isinstance(self.env, SweEngine) and "isolation" not in cfg.env_kwargs:
+            self.env.isolation = self.sandbox.isolation  # its verifier runs as the commands do
         options: dict[str, Any] = {}
         if cfg.split is not None:
             options["split"] = cfg.split

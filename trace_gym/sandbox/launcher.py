@@ -44,6 +44,7 @@ _PATH_EVENTS = {"os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os
                 "os.utime", "shutil.rmtree", "os.link", "os.symlink"}  # fmt: skip
 _PROC_EVENTS = {"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
                 "subprocess.Popen", "pty.spawn", "os.startfile"}  # fmt: skip
+MAX_HUNG_CALLS = 3
 EXIT_BLOCKED, EXIT_MEMORY, EXIT_NPROC, EXIT_FSIZE, EXIT_NOFILE = 90, 91, 92, 93, 94
 
 
@@ -354,6 +355,7 @@ def run_compute(req: dict, root: str, status_fd: int, codes: list) -> None:
 
     limit = req["call_timeout"] + 1.0  # the child's own alarm fires first; this is for one
     start = 0  # that blocks or cancels it
+    hung = 0  # calls in a row that had to be killed
     while start < len(codes):
         r, w = os.pipe()
         pid = os.fork()
@@ -418,6 +420,12 @@ def run_compute(req: dict, root: str, status_fd: int, codes: list) -> None:
             break
         frame(status_fd, dead_reason or b"C", expected, _wait_text(status, dead_reason).encode())
         start = expected + 1
+        hung = hung + 1 if dead_reason == b"T" else 0
+        if hung >= MAX_HUNG_CALLS:  # the module hangs whatever it is asked: stop paying for it
+            note = b"not run: the %d calls before it hung past their time limit" % hung
+            for i in range(start, len(codes)):
+                frame(status_fd, b"T", i, note)
+            break
     frame(status_fd, b"E", 0)
 
 
