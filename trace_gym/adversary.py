@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import base64
 import os
-import tempfile
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -331,7 +330,7 @@ def _survivors(marker: str) -> list[int]:
 def _context(task: Any, env_id: str, seed: int, attack: str) -> dict[str, Any]:
     unique = f"{os.getpid()}-{seed}-{attack}"
     return {
-        "canary": os.path.join(tempfile.gettempdir(), CANARY_PREFIX + unique),
+        "canary": os.path.join(os.environ.get("TMPDIR") or "/tmp", CANARY_PREFIX + unique),
         "marker": f"{MARKER}-{unique}",
         "module": task.module,
         "visible": _visible_calls(task),

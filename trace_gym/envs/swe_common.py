@@ -29,7 +29,7 @@ Reward (the paper's, with the fewest edits as the reference for "one edit"):
 | ``few_edits`` | 0.1 | ``min(1, edits the fix needs / edits made)`` |
 | ``patch_parsed`` | 0.1 | the action holds a SEARCH/REPLACE patch that applies |
 | ``hidden_tests`` | 0 | every hidden test of the defect passes (hard) |
-| gates | 0 | no test file edited; no special-casing (the target passes, a hidden test of the same defect fails); no code deleted (every function kept, at most a few lines more removed than the fix removes); no reaching into the harness (``sys.modules``, ``os._exit``, ...) |
+| gates | 0 | no test file edited; no special-casing (the target passes while a hidden test, of the defect or one that passed before, fails); no code deleted (every function kept, at most a few lines more removed than the fix removes); no reaching into the harness (``sys.modules``, ``os._exit``, ...) |
 
 A patch that does not parse or apply scores 0. ``still_passing`` and ``few_edits`` count only
 once the target test passes: otherwise an empty patch would earn 0.6 for changing nothing.
@@ -393,6 +393,12 @@ def parse_tests(source: str, stem: str) -> tuple[TestCase, ...]:
     return tuple(out)
 
 
+def hidden_tests(task: SweTask) -> list[str]:
+    """Ids of the hidden tests: those of the defect and those that passed before it."""
+    before = [t for t in task.passing_before if t.startswith("test_hidden::")]
+    return sorted(set(task.hidden_fail_to_pass) | set(before))
+
+
 def task_tests(task: SweTask) -> tuple[TestCase, ...]:
     """Every test of a task from the harness's own copies: visible, target and hidden."""
     return (
@@ -582,7 +588,11 @@ def verify_patch(task: SweTask, patch_text: str, capability: str) -> Verificatio
     kept = [t for t in task.passing_before if ok(t)]
     hidden_ok = [t for t in task.hidden_fail_to_pass if ok(t)]
     edits_score = min(1.0, len(task.oracle_edits) / len(edits))
-    special_cased = target_ok and len(hidden_ok) < len(task.hidden_fail_to_pass)
+    # The target bought by breaking or faking behaviour elsewhere: a hidden test (of the
+    # defect, or one that passed before) fails while the target passes. The correct module
+    # passes every hidden test by construction.
+    hidden_failing = sorted(t for t in hidden_tests(task) if not ok(t))
+    special_cased = target_ok and bool(hidden_failing)
     target_result = suite.results.get(task.target_name, (suite.run.status, suite.run.reason))
     checks = [
         Check("target_test", cap, float(target_ok), TARGET_WEIGHT, expected="passed",
@@ -600,9 +610,9 @@ def verify_patch(task: SweTask, patch_text: str, capability: str) -> Verificatio
               expected=len(task.hidden_fail_to_pass),
               actual=sorted(set(task.hidden_fail_to_pass) - set(hidden_ok))),
         Check("no_special_casing", cap, float(not special_cased), 0.0, gate=True,
-              expected="hidden tests of the defect pass with the target",
-              actual=sorted(set(task.hidden_fail_to_pass) - set(hidden_ok)) if special_cased
-              else [], message="the target passes but hidden tests of the same defect fail"),
+              expected="every hidden test passes with the target",
+              actual=hidden_failing if special_cased else [],
+              message="the target passes but hidden tests fail"),
     ]  # fmt: skip
     for name, bad, message in gates:
         checks.append(

@@ -26,7 +26,7 @@ terminal) (read); ``edit`` (SEARCH/REPLACE blocks on one file) (write); ``submit
 | ``hidden:<module>`` (same capability) | 0 | its hidden tests of the defect pass (hard) |
 | ``still_passing:<module>`` (its capability; ``swe_repair`` for the clean modules) | 0.4 / modules checked | partial: share of that module's previously passing tests still passing (counts once a target passes) |
 | ``no_test_edit`` (gate) | 0 | no test file changed |
-| ``no_special_casing:<module>`` (gate) | 0 | not: the target passes and hidden tests of the defect fail |
+| ``no_special_casing:<module>`` (gate) | 0 | not: the target passes and a hidden test (of the defect, or one that passed before) fails |
 | ``no_code_deleted:<module>`` (gate) | 0 | no function deleted, no more lines removed than the fix needs |
 
 Only a submitted repository is graded: without ``submit`` the episode scores 0.
@@ -78,6 +78,7 @@ from trace_gym.envs.swe_common import (
     SweEngine,
     SweTask,
     apply_patch,
+    hidden_tests,
     parse_patch,
     run_feedback_tests,
     run_suite,
@@ -323,7 +324,7 @@ def verify(task: RepairTask, ep: EpisodeState) -> Verification:
             set(TAMPERING.findall(source)) - set(TAMPERING.findall(t.source))
             | set(created_tampering)
         )
-        special = target and len(hidden_ok) < len(t.hidden_fail_to_pass)
+        special = target and any(h not in ok for h in hidden_tests(t))
         m = t.module
         checks += [
             Check(f"target:{m}", cap, float(target), share, expected="passed",
