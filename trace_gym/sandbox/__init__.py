@@ -467,7 +467,7 @@ class Sandbox:
                     os.set_inheritable(fds["seccomp"], True)
                 fds["status_r"], fds["status_w"] = os.pipe()
                 if self._cgroups:
-                    group = cgroups.RunGroup(
+                    group = cgroups.acquire(
                         self._cgroups, lim.memory_bytes + lim.disk_bytes, lim.processes
                     )
                     fds["go_r"], fds["go_w"] = os.pipe()
@@ -503,7 +503,7 @@ class Sandbox:
         except (OSError, subprocess.SubprocessError) as exc:
             _close(list(fds.values()))
             if group is not None:
-                group.remove()
+                cgroups.release(group)
             return self._infra(f"cannot start the sandboxed process: {exc}"), []
         _close(child_fds)
         try:
@@ -517,7 +517,7 @@ class Sandbox:
                 _kill(proc)
                 oom = group.oom_killed() if group is not None else False
                 if group is not None:
-                    group.remove()
+                    cgroups.release(group)
         duration = time.monotonic() - start
         stdout = out.decode("utf-8", "replace")
         stderr = err.decode("utf-8", "replace")
