@@ -131,6 +131,9 @@ def test_bash_changes_persist_between_commands_and_limits_are_reported():
     assert "units.py" not in files
     assert env.execute({"command": "ls"})["output"].split() == sorted(files)
     assert env.execute({"command": "exit 3"})["returncode"] == 3
+    missing = env.execute({"command": "rg pattern ."})  # not installed: the agent's result
+    assert missing["returncode"] == 127 and "command not found" in missing["output"]
+    assert env.infra_errors == [] and env.statuses["infra_error"] == 0
     slow = env.execute({"command": "sleep 30"})
     assert slow["returncode"] != 0 and "3 s" in slow["exception_info"]
     assert env.statuses["timeout"] == 1

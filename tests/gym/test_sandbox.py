@@ -316,7 +316,9 @@ def test_memory_is_capped_across_processes(sandbox):
 
 
 def test_memory_bomb_cpu_loop_wall_clock_and_output_flood(sandbox):
-    assert run(sandbox, "x = []\nwhile True:\n    x.append(bytearray(10**7))").status == "memory_limit"
+    assert (
+        run(sandbox, "x = []\nwhile True:\n    x.append(bytearray(10**7))").status == "memory_limit"
+    )
     cpu = run(Sandbox(Limits(cpu_seconds=1, wall_seconds=30)), "while True:\n    pass")
     assert cpu.status == "cpu_limit"
     slow = run(Sandbox(Limits(wall_seconds=1.0)), "import time\ntime.sleep(60)")

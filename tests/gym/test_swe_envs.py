@@ -246,3 +246,43 @@ def test_oversized_patches_are_refused_quickly():
         parse_patch("<<<<<<< SEARCH\n" + "x" * 200_000)
     with pytest.raises(PatchError, match="more than"):
         parse_patch("<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n" * 50)
+
+
+def test_tests_are_parsed_into_calls_and_expected_values_the_fast_way_and_the_ast_way_agree():
+    for env_id in SWE_IDS:
+        for seed in range(4):
+            _, task = _task(env_id, seed, seed / 3)
+            for source, stem in ((task.visible_tests, "test_visible"),
+                                 (task.target_test, "test_target"),
+                                 (task.hidden_tests, "test_hidden")):  # fmt: skip
+                fast = swe_common._parse_rendered(source, stem)
+                assert fast == swe_common._parse_any(source, stem) and fast
+    odd = "def test_a():\n    x = 1\n    assert M.f(x) == 2\n"
+    with pytest.raises(ValueError, match="assert CALL == VALUE"):
+        swe_common.parse_tests(odd, "t")
+    assert swe_common.parse_tests("def test_a():\n    assert M.f('a == b') == 'x == y'\n", "t") == (
+        swe_common.TestCase("t::test_a", (("M.f('a == b')", "x == y"),)),
+    )
+
+
+def test_hidden_tests_and_expected_values_never_enter_the_sandbox(monkeypatch):
+    env = gym.make("trace/swe-call-graph-v0")
+    env.reset(seed=5)
+    task = env.unwrapped.task
+    sent = []
+    real = Sandbox.compute
+
+    def spy(self, files, module, calls, **kw):
+        sent.append((dict(files), list(calls)))
+        return real(self, files, module, calls, **kw)
+
+    monkeypatch.setattr(Sandbox, "compute", spy)
+    swe_common._RUN_CACHE.clear()
+    _, reward, *_ = env.step(env.unwrapped.oracle_actions()[0])
+    assert reward == 1.0 and len(sent) == 1
+    files, calls = sent[0]
+    assert set(files) == {f"{task.module}.py"}
+    hidden = swe_common.parse_tests(task.hidden_tests, "test_hidden")
+    assert {c for t in hidden for c, _ in t.calls} <= set(calls)  # the inputs go in
+    blob = repr(sent)
+    assert "test_hidden" not in blob and "assert" not in blob  # the tests do not

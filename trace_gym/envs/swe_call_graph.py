@@ -36,6 +36,7 @@ from typing import Any
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
+from trace_gym.core.spec import SpecConfig
 from trace_gym.envs import swe_codegen as cg
 from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
@@ -48,7 +49,7 @@ HOP_WORDS = ("adjust", "normalise", "weight", "apply_fee_to", "project", "settle
 
 
 @dataclass(frozen=True)
-class CallGraphConfig:
+class CallGraphConfig(SpecConfig):
     depth: int = 3
     """Calls between the public function and the root helper (1..5)."""
     n_fillers: int = 38
@@ -179,7 +180,19 @@ def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
 SPEC = single_turn_spec(
     id=ENV_ID,
     capability=CAPABILITY,
-    description="Fix the root helper several calls below the function the issue shows.",
+    description=(
+        "Trace a wrong result from a public function down 1-5 calls to the root helper "
+        "that computes it and fix the helper, not the symptom; hidden tests reach the "
+        "helper through other callers."
+    ),
+    tags=(
+        "deep_call_graph_traversal",
+        "swe",
+        "code_repair",
+        "root_cause_analysis",
+        "call_chain",
+        "symptom_vs_cause",
+    ),
     config=CallGraphConfig,
     generate=generate,
     hint=hint,

@@ -803,7 +803,6 @@ def single_turn_spec(**fields: Any) -> CapabilitySpec:
         "max_turns": 2,
         "preamble": "",
         "engine": SweEngine,
-        "tags": ("swe",),
     }
     return CapabilitySpec(**{**defaults, **fields})
 

@@ -36,6 +36,7 @@ from typing import Any
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
+from trace_gym.core.spec import SpecConfig
 from trace_gym.envs import swe_codegen as cg
 from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
@@ -48,7 +49,7 @@ FACTORS = ("0.25", "1.5", "2.0", "0.8", "1.25", "3.0", "0.4", "2.5")
 
 
 @dataclass(frozen=True)
-class DiffContextConfig:
+class DiffContextConfig(SpecConfig):
     n_twins: int = 3
     """Near-duplicate converters (2..5)."""
     identical: bool = True
@@ -135,7 +136,18 @@ def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
 SPEC = single_turn_spec(
     id=ENV_ID,
     capability=CAPABILITY,
-    description="Fix the right one of several near-duplicate functions with enough context.",
+    description=(
+        "Fix the one wrong function among 2-5 near-duplicates with a SEARCH block that "
+        "carries enough context to match it alone (a block applies at its first match)."
+    ),
+    tags=(
+        "diff_context_precision",
+        "swe",
+        "code_repair",
+        "patch_localization",
+        "edit_placement",
+        "near_duplicate_code",
+    ),
     config=DiffContextConfig,
     generate=generate,
     hint=hint,

@@ -36,6 +36,7 @@ from typing import Any
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
+from trace_gym.core.spec import SpecConfig
 from trace_gym.envs import swe_codegen as cg
 from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
@@ -48,7 +49,7 @@ SITE_WORDS = ("over_budget", "needs_review", "alert", "escalate", "throttle", "f
 
 
 @dataclass(frozen=True)
-class MultiSiteConfig:
+class MultiSiteConfig(SpecConfig):
     n_sites: int = 3
     n_decoys: int = 1
     n_fillers: int = 38
@@ -153,7 +154,18 @@ def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
 SPEC = single_turn_spec(
     id=ENV_ID,
     capability=CAPABILITY,
-    description="Fix the same policy mistake at every one of several parallel sites.",
+    description=(
+        "Fix the same policy mistake at every one of 2-5 parallel sites of a generated "
+        "module, leaving decoys documented as exceptions untouched."
+    ),
+    tags=(
+        "multi_site_consistency",
+        "swe",
+        "code_repair",
+        "parallel_sites",
+        "consistent_edits",
+        "incomplete_fix",
+    ),
     config=MultiSiteConfig,
     generate=generate,
     hint=hint,

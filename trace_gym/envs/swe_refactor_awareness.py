@@ -36,6 +36,7 @@ from typing import Any
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
+from trace_gym.core.spec import SpecConfig
 from trace_gym.envs import swe_codegen as cg
 from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
@@ -48,7 +49,7 @@ USER_WORDS = ("daily", "weekly", "audit", "export", "invoice", "summary")
 
 
 @dataclass(frozen=True)
-class RefactorConfig:
+class RefactorConfig(SpecConfig):
     n_users: int = 2
     """Functions that already call the helper (1..4)."""
     plain_name: bool = True
@@ -182,7 +183,18 @@ def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
 SPEC = single_turn_spec(
     id=ENV_ID,
     capability=CAPABILITY,
-    description="Reuse the module's helper instead of inline logic that misses an edge case.",
+    description=(
+        "Replace inline logic that misses an edge case with the module's existing helper "
+        "that already does the job right (half-up cents rounding, a safe clamped ratio)."
+    ),
+    tags=(
+        "structural_refactor_awareness",
+        "swe",
+        "code_repair",
+        "reuse_existing_helpers",
+        "refactoring",
+        "codebase_conventions",
+    ),
     config=RefactorConfig,
     generate=generate,
     hint=hint,

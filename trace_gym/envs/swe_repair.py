@@ -59,7 +59,7 @@ from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState
 from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
-from trace_gym.core.spec import CapabilitySpec
+from trace_gym.core.spec import CapabilitySpec, SpecConfig
 from trace_gym.core.tools import Tool, ToolRefusal, ToolSet
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
@@ -103,7 +103,7 @@ ENVS = {cap: spec.env_class for cap, spec in SPECS.items()}
 
 # -- config -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class RepairConfig:
+class RepairConfig(SpecConfig):
     n_problems: int = 2
     """Defective modules, each needing one capability (1..3)."""
     n_clean: int = 3
@@ -442,7 +442,20 @@ def generate(rng: StableRNG, cfg: RepairConfig) -> RepairTask:
 SPEC = CapabilitySpec(
     id=ENV_ID,
     capability=CAPABILITY,
-    description="Resolve an issue with 1-3 problems in a generated repository with tools.",
+    description=(
+        "Composite SWE target in the style of SWE-bench; resolve an issue with 1-3 "
+        "problems in a generated 3-8 module repository using list_files, read_file, "
+        "search, edit, run_tests and submit; each problem needs one of the five SWE "
+        "capabilities and every check carries it."
+    ),
+    tags=(
+        "composite",
+        "target_benchmark",
+        "swe_repair",
+        "swe",
+        "code_repair",
+        "repository_repair",
+    ),
     config=RepairConfig,
     generate=generate,
     verify=verify,
@@ -454,7 +467,6 @@ SPEC = CapabilitySpec(
     features=features,
     world=build_world,
     max_turns=30,
-    tags=("composite", "swe"),
     preamble="",
     oracle_segments=oracle_segments,
     knob_rates=(

@@ -45,6 +45,7 @@ from typing import Any
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
+from trace_gym.core.spec import SpecConfig
 from trace_gym.envs import swe_codegen as cg
 from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
@@ -57,7 +58,7 @@ EASY_KINDS = ("true_division", "batch_count", "page_offset")
 
 
 @dataclass(frozen=True)
-class SemanticConfig:
+class SemanticConfig(SpecConfig):
     n_fillers: int = 24
     kinds: tuple[str, ...] = KINDS
     decoys: int = 1
@@ -196,7 +197,20 @@ def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
 SPEC = single_turn_spec(
     id=ENV_ID,
     capability=CAPABILITY,
-    description="Fix a boundary or operator mistake in one function of a generated module.",
+    description=(
+        "Fix a boundary or operator mistake (>= for >, inclusive range, true division, "
+        "page offset, batch rounding) in one function of a generated 300-600 line module "
+        "with one SEARCH/REPLACE patch, graded by visible, target and hidden tests in a "
+        "sandbox."
+    ),
+    tags=(
+        "semantic_logic_precision",
+        "swe",
+        "code_repair",
+        "boundary_conditions",
+        "operator_precision",
+        "wrong_algorithm",
+    ),
     config=SemanticConfig,
     generate=generate_task,
     hint=hint,
