@@ -376,7 +376,7 @@ def parse_tests(source: str, stem: str) -> tuple[TestCase, ...]:
     is our generator's bug: ValueError."""
     try:
         return _parse_rendered(source, stem)
-    except ValueError:
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return _parse_any(source, stem)
 
 
