@@ -44,7 +44,8 @@ _PATH_EVENTS = {"os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os
                 "os.utime", "shutil.rmtree", "os.link", "os.symlink"}  # fmt: skip
 _PROC_EVENTS = {"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
                 "subprocess.Popen", "pty.spawn", "os.startfile"}  # fmt: skip
-MAX_HUNG_CALLS = 3
+MAX_HUNG_CALLS = 2
+MAX_DEAD_CALLS = 10
 EXIT_BLOCKED, EXIT_MEMORY, EXIT_NPROC, EXIT_FSIZE, EXIT_NOFILE = 90, 91, 92, 93, 94
 
 
@@ -353,9 +354,9 @@ def run_compute(req: dict, root: str, status_fd: int, codes: list) -> None:
     import select
     import time
 
-    limit = req["call_timeout"] + 1.0  # the child's own alarm fires first; this is for one
+    limit = req["call_timeout"] + 0.5  # the child's own alarm fires first; this is for one
     start = 0  # that blocks or cancels it
-    hung = 0  # calls in a row that had to be killed
+    hung = dead = 0  # calls in a row that had to be killed / that killed their worker
     while start < len(codes):
         r, w = os.pipe()
         pid = os.fork()
@@ -419,12 +420,18 @@ def run_compute(req: dict, root: str, status_fd: int, codes: list) -> None:
                   % _wait_text(status, dead_reason).encode())  # fmt: skip
             break
         frame(status_fd, dead_reason or b"C", expected, _wait_text(status, dead_reason).encode())
+        # in a row: this worker gave no result before it died (it started right after the
+        # call that killed the last one)
+        in_a_row = expected == start
+        hung = (hung + 1 if in_a_row else 1) if dead_reason == b"T" else 0
+        dead = dead + 1 if in_a_row else 1
         start = expected + 1
-        hung = hung + 1 if dead_reason == b"T" else 0
-        if hung >= MAX_HUNG_CALLS:  # the module hangs whatever it is asked: stop paying for it
-            note = b"not run: the %d calls before it hung past their time limit" % hung
+        if hung >= MAX_HUNG_CALLS or dead >= MAX_DEAD_CALLS:
+            # the module hangs or kills its worker whatever it is asked: stop paying for it
+            kind = b"T" if hung >= MAX_HUNG_CALLS else b"C"
+            note = b"not run: the %d calls before it killed or hung the worker" % max(hung, dead)
             for i in range(start, len(codes)):
-                frame(status_fd, b"T", i, note)
+                frame(status_fd, kind, i, note)
             break
     frame(status_fd, b"E", 0)
 
