@@ -1,18 +1,25 @@
 """SWE environment speed: reset, and verification of one patch, p50/p99, side by side (same
-run, interleaved) with "pytest in a fresh subprocess per verification".
+run, interleaved, each method on the same task in turn) with the previous runner and with
+"pytest in a fresh subprocess per verification".
 
     python benchmarks/swe_speed.py [--tasks 40] [--out benchmarks/results/swe_speed.json]
 
-Each verification runs the oracle-patched module against the visible, target and hidden tests
-of a generated task:
+Each verification grades the oracle-patched module against the visible, target and hidden
+tests of a generated task:
 
-* ``runner (bwrap)`` / ``runner (rlimits)``: our sandbox (fresh directory, limits, audit
-  policy; inside bubblewrap where installed) with the small in-sandbox runner;
+* ``compute (bwrap)``: what the environments do now. The calls of every test go into the
+  bubblewrap sandbox (user namespace, seccomp, tmpfs, control group) with the module; the
+  values come back and are compared here (``swe_common.run_suite``);
+* ``compute (none)``: the same without isolation (the explicit opt-in);
+* ``previous runner (bwrap)``: the design before issue 25, in the same sandbox: every test
+  file, hidden ones included, copied in and run by the small in-sandbox runner, whose
+  printed report was the verdict (forgeable; measured only to compare the cost);
 * ``pytest subprocess``: the same files in a fresh temporary directory and
   ``python -m pytest -q`` in a new process, no sandbox (what a naive harness does).
 
-The verification cache is bypassed so every measurement starts a process. The machine's load
-average is recorded with the results: on a shared machine, timings move with it.
+The verification cache is bypassed so every measurement starts a sandbox. The machine's load
+average is recorded with the results: on a shared machine, timings move with it; the ratios
+of one run are what to compare.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import gymnasium as gym
 
 import trace_gym
 from trace_gym.envs import swe_common
-from trace_gym.sandbox import Sandbox, bwrap_path
+from trace_gym.sandbox import Sandbox, sandbox_available
 
 
 def pct(values: list[float], q: float) -> float:
@@ -45,10 +52,24 @@ def patched_source(task) -> str:
     return swe_common.apply_patch(task.files, edits, f"{task.module}.py")[f"{task.module}.py"]
 
 
-def runner_once(task, source: str, sandbox: Sandbox) -> float:
+def compute_once(task, source: str, sandbox: Sandbox) -> float:
     swe_common._RUN_CACHE.clear()
+    token = swe_common._CONTEXT.set(swe_common._RunContext(sandbox))
+    try:
+        t0 = time.perf_counter()
+        suite = swe_common.run_suite(task, source)
+        elapsed = time.perf_counter() - t0
+    finally:
+        swe_common._CONTEXT.reset(token)
+    assert suite.passed(task.target_name), suite.run.reason
+    return elapsed
+
+
+def previous_runner_once(task, source: str, sandbox: Sandbox) -> float:
+    files = {**task.files, f"{task.module}.py": source, "test_hidden.py": task.hidden_tests,
+             swe_common.RUNNER_FILE: swe_common.RUNNER}  # fmt: skip
     t0 = time.perf_counter()
-    run = swe_common.run_suite(task, source, sandbox)
+    run = sandbox.run(files, swe_common.RUNNER_FILE, ["test_visible", "test_target", "test_hidden"])
     elapsed = time.perf_counter() - t0
     assert run.report and run.report[task.target_name][0] == "passed", run.reason
     return elapsed
@@ -88,9 +109,14 @@ def main() -> None:
         e.id for e in trace_gym.load_registry()
         if e.id.startswith("trace/swe-") and "composite" not in e.tags
     ]  # fmt: skip
-    methods = {"runner (rlimits)": Sandbox(swe_common.SANDBOX_LIMITS, isolation="rlimits")}
-    if bwrap_path():
-        methods["runner (bwrap)"] = Sandbox(swe_common.SANDBOX_LIMITS, isolation="bwrap")
+    unisolated = Sandbox(swe_common.SANDBOX_LIMITS, isolation="none")
+    methods = {"compute (none)": (compute_once, unisolated)}
+    if sandbox_available("bwrap") is None:
+        isolated = Sandbox(swe_common.SANDBOX_LIMITS, isolation="bwrap")
+        methods = {"compute (bwrap)": (compute_once, isolated), **methods,
+                   "previous runner (bwrap)": (previous_runner_once, isolated)}  # fmt: skip
+    else:
+        print(f"no bubblewrap here ({sandbox_available('bwrap')}): measuring without it")
     resets: list[float] = []
     verify: dict[str, list[float]] = {m: [] for m in [*methods, "pytest subprocess"]}
     load_before = os.getloadavg()
@@ -102,25 +128,33 @@ def main() -> None:
             resets.append(time.perf_counter() - t0)
             task = env.unwrapped.task
             source = patched_source(task)
-            for name, sandbox in methods.items():  # interleaved: the same load for each
-                verify[name].append(runner_once(task, source, sandbox))
+            for name, (once, sandbox) in methods.items():  # interleaved: the same load
+                verify[name].append(once(task, source, sandbox))
             verify["pytest subprocess"].append(pytest_once(task, source))
         env.close()
+    first = next(iter(verify))
+    base = stats(verify[first])["p50_ms"]
     result = {
         "environments": ids,
         "tasks_per_environment": args.tasks,
         "reset": stats(resets),
         "verification": {k: stats(v) for k, v in verify.items()},
+        "p50_ratio_to": first,
+        "p50_ratios": {k: round(stats(v)["p50_ms"] / base, 2) for k, v in verify.items()},
+        "sandbox_guarantees": methods[first][1].guarantees(),
         "cpu_count": os.cpu_count(),
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "python": sys.version.split()[0],
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print("| what | p50 ms | p99 ms | n |\n|---|---|---|---|")
-    print(f"| reset | {result['reset']['p50_ms']} | {result['reset']['p99_ms']} | {len(resets)} |")
+    print(f"| what | p50 ms | p99 ms | n | p50 / {first} |\n|---|---|---|---|---|")
+    print(
+        f"| reset | {result['reset']['p50_ms']} | {result['reset']['p99_ms']} | {len(resets)} | |"
+    )
     for name, s in result["verification"].items():
-        print(f"| verification: {name} | {s['p50_ms']} | {s['p99_ms']} | {s['n']} |")
+        ratio = result["p50_ratios"][name]
+        print(f"| verification: {name} | {s['p50_ms']} | {s['p99_ms']} | {s['n']} | {ratio} |")
     print(f"load average before/after: {result['load_average_before_after']}")
 
 

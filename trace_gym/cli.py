@@ -31,6 +31,7 @@ import gymnasium as gym
 import trace_gym
 from trace_gym.errors import ConfigError, TraceGymError
 from trace_gym.registration import entry, load_registry
+from trace_gym.sandbox import UNSAFE_ENV
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -169,6 +170,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trace-gym", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run agent code (SWE patches and commands) WITHOUT isolation where bubblewrap is "
+        "missing: it can then read and write your files, use the network and leave processes "
+        "running; only for code you would run yourself",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every registered environment").set_defaults(fn=cmd_list)
     show = sub.add_parser("show", help="an environment's tools and defaults")
@@ -213,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.unsafe_no_sandbox:  # read by every sandbox made without an explicit isolation,
+        os.environ[UNSAFE_ENV] = "1"  # in this process and the ones it starts (validate)
     try:
         return int(args.fn(args) or 0)
     except (TraceGymError, OSError) as exc:

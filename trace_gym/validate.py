@@ -30,6 +30,9 @@ gate                   passes when
 ``verifier_purity``    verifying twice agrees and mutates nothing
 ``replay``             offline re-scoring equals the online reward
 ``difficulty``         a fixed imperfect agent does not do better on harder tasks
+``adversary``          (SWE environments) no attack of :mod:`trace_gym.adversary` (forged
+                       reports, files on the import path, escapes) wins; skipped, saying
+                       so, for other environments
 ``calibration``        (``--policy SPEC``) the policy lands in the acceptance band
 =====================  ========================================================================
 
@@ -70,6 +73,7 @@ GATES = (
     "verifier_purity",
     "replay",
     "difficulty",
+    "adversary",
     "calibration",
 )
 DIFFICULTIES = (0.0, 0.5, 1.0)
@@ -503,6 +507,21 @@ class _Gates:
         env.close()
         return f"mean score at d={DIFFICULTIES}: " + "; ".join(rows)
 
+    def adversary(self) -> str:
+        from trace_gym.adversary import run_adversary
+
+        _, factory = load_target(self.target)
+        seeds = (0,) if self.quick else (0, 1)
+        results = run_adversary(factory, seeds)
+        if not results:
+            raise _Skip("not an SWE environment (no sandboxed agent code to attack)")
+        won = [r for r in results if r.won]
+        assert not won, "; ".join(
+            f"{r.attack} (seed {r.seed}): {', '.join(r.why)}" for r in won[:5]
+        )
+        names = sorted({r.attack for r in results})
+        return f"{len(names)} attacks x {len(seeds)} seeds, none won"
+
     def calibration(self) -> str:
         if not self.policy:
             raise _Skip("no --policy given")
@@ -647,7 +666,6 @@ _BLOCKED_EVENTS = ("socket.", "os.system", "os.exec", "os.posix_spawn", "os.spaw
                    "os.kill", "os.remove", "os.unlink", "os.rmdir", "os.rename", "os.truncate",
                    "os.chmod", "os.chown", "shutil.", "ctypes.", "urllib.", "http.", "ftplib.",
                    "smtplib.", "webbrowser.", "pty.")  # fmt: skip
-_SANDBOX_PATH_EVENTS = ("os.remove", "os.rmdir", "os.chmod", "shutil.rmtree")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
@@ -656,40 +674,20 @@ def install_sandbox() -> None:
     writing files from here on (an audit hook cannot be removed once added).
 
     One exception, kept narrow: environments that grade code (the SWE environments) run it
-    through :class:`trace_gym.sandbox.Sandbox`, which needs its own temporary task
-    directories and its launcher process. So writes, deletes and ``chmod`` inside a
-    ``trace-sbx-*`` directory of the temporary folder, starting exactly the sandbox's
-    launcher (strict policy) with such a directory as its working directory, and killing a
-    process group the sandbox started and is still running are allowed."""
+    through :class:`trace_gym.sandbox.Sandbox`, which starts bubblewrap and its launcher,
+    creates and removes its control groups (and, unisolated, its task folders) and kills its
+    runs' processes; what it does while it does that
+    (:func:`trace_gym.sandbox.audit_allows`) is allowed."""
     from trace_gym import sandbox as sbx
 
     allowed_child = [sys.executable, "-m", "trace_gym.validate", "--hashes"]
-    sbx_prefix = os.path.join(os.path.realpath(tempfile.gettempdir()), "trace-sbx-")
-    launcher = [sys.executable, "-I", "-S", "-B", "-c", sbx.LAUNCHER]
-    bwrap = sbx.bwrap_path()
-
-    def in_sandbox_dir(path: Any, dir_fd: Any = None) -> bool:
-        if isinstance(path, int):  # a file descriptor: not a path of ours to judge
-            return False
-        try:
-            name = os.fsdecode(path)
-            if dir_fd not in (None, -1) and not os.path.isabs(name):  # rmtree walks by fd
-                name = os.path.join(os.readlink(f"/proc/self/fd/{int(dir_fd)}"), name)
-            return os.path.realpath(name).startswith(sbx_prefix)
-        except (TypeError, ValueError, OSError):
-            return False
-
-    def sandbox_launch(argv: list[str], cwd: Any) -> bool:
-        start = 0 if argv[:1] == launcher[:1] else argv.index("--") + 1 if "--" in argv else -1
-        if start < 0 or (start and argv[0] != bwrap):
-            return False
-        py = argv[start:]
-        return py[:6] == launcher and py[7:8] == ["1"] and in_sandbox_dir(cwd)
 
     def hook(event: str, args: tuple) -> None:
+        if sbx.audit_allows(event, args):  # the code sandbox's own launch, files and groups
+            return
         if event == "subprocess.Popen":
             argv = [str(a) for a in (args[1] or [])]
-            if argv[:4] != allowed_child and not sandbox_launch(argv, args[2]):
+            if argv[:4] != allowed_child:
                 raise PermissionError(f"validate sandbox: starting {argv[:3]} is not allowed")
         elif event == "open":
             mode, flags = args[1], args[2] if len(args) > 2 else 0
@@ -698,12 +696,8 @@ def install_sandbox() -> None:
                 if isinstance(mode, str)
                 else bool((flags or 0) & _WRITE_FLAGS)
             )
-            if writes and str(args[0]) not in ("/dev/null",) and not in_sandbox_dir(args[0]):
+            if writes and str(args[0]) not in ("/dev/null",):
                 raise PermissionError(f"validate sandbox: writing {args[0]!r} is not allowed")
-        elif event in _SANDBOX_PATH_EVENTS and args and in_sandbox_dir(args[0], args[-1]):
-            return
-        elif event == "os.killpg" and args and args[0] in sbx.LIVE_GROUPS:
-            return
         elif event.startswith(_BLOCKED_EVENTS):
             raise PermissionError(f"validate sandbox: {event} is not allowed")
 

@@ -75,7 +75,7 @@ def test_scripted_oracle_fix_succeeds_and_loads_in_trace_diagnose(tmp_path):
     assert result["exit_status"] == "Submitted" and result["submitted"]
     assert result["final_reward"] == 1.0 and result["is_success"] is True
     assert result["commands"] == 4 and result["command_statuses"] == {"ok": 4}
-    assert result["isolation"] in ("bwrap", "rlimits")
+    assert result["isolation"] == "bwrap" and "tmpfs" in result["sandbox"]["disk"]
 
     data = json.loads(open(result["path"]).read())
     assert data["trajectory_format"] == "mini-swe-agent-1.1"
@@ -128,9 +128,12 @@ def test_bash_changes_persist_between_commands_and_limits_are_reported():
     assert out["returncode"] == 0 and out["exception_info"] == ""
     files = env.files()
     assert files[f"{module}.py"].endswith("# note\n") and "new.txt" in files
-    assert "units.py" not in files and ".trace_bash.py" not in files
+    assert "units.py" not in files
     assert env.execute({"command": "ls"})["output"].split() == sorted(files)
     assert env.execute({"command": "exit 3"})["returncode"] == 3
+    missing = env.execute({"command": "rg pattern ."})  # not installed: the agent's result
+    assert missing["returncode"] == 127 and "command not found" in missing["output"]
+    assert env.infra_errors == [] and env.statuses["infra_error"] == 0
     slow = env.execute({"command": "sleep 30"})
     assert slow["returncode"] != 0 and "3 s" in slow["exception_info"]
     assert env.statuses["timeout"] == 1

@@ -1,9 +1,11 @@
-"""The shipped customer-service environments are CapabilitySpecs that agree with the registry."""
+"""The shipped environments (customer-service and SWE) are CapabilitySpecs that agree with the
+registry."""
 
 from __future__ import annotations
 
 import importlib
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -22,12 +24,19 @@ ALIASES = {
     "tool_call": "ToolCallEnv",
     "payment_calc": "PaymentCalcEnv",
     "multistep": "MultistepEnv",
+    "swe_semantic_precision": "SwePrecisionEnv",
+    "swe_call_graph": "SweCallGraphEnv",
+    "swe_diff_context": "SweDiffContextEnv",
+    "swe_multi_site": "SweMultiSiteEnv",
+    "swe_refactor_awareness": "SweRefactorEnv",
+    "swe_repair": "SweRepairEnv",
 }
 
 
-def test_every_customer_service_environment_is_a_spec() -> None:
+def test_every_shipped_environment_is_a_spec() -> None:
     shorts = {e.load_spec().short for e in SPEC_ENTRIES if e.load_spec() is not None}
     assert set(ALIASES) <= shorts
+    assert len(SPEC_ENTRIES) == len(load_registry(Path(__file__).parents[2] / "envs_registry.yaml"))
 
 
 @pytest.mark.parametrize("entry", SPEC_ENTRIES, ids=lambda e: e.id)
@@ -59,7 +68,10 @@ def test_old_class_names_still_import_and_pickle(short: str) -> None:
     assert pickle.loads(pickle.dumps(module.SPEC)) is module.SPEC
 
 
-@pytest.mark.parametrize("short", sorted(set(ALIASES) - {"service_desk"}))
+CUSTOMER_SERVICE = {k for k in ALIASES if not k.startswith("swe_")}
+
+
+@pytest.mark.parametrize("short", sorted(CUSTOMER_SERVICE - {"service_desk"}))
 def test_member_prompt_has_one_preamble_and_bounds_name_the_field(short: str) -> None:
     spec = importlib.import_module(f"trace_gym.envs.{short}").SPEC
     env = spec()

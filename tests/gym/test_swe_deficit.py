@@ -5,9 +5,6 @@ import gymnasium as gym
 import pytest
 
 import trace_gym  # noqa: F401
-from trace_gym.agents import (
-    deficit_lapses_swe,  # noqa: F401  (registers the SWE lapses)
-)
 from trace_gym.agents.deficit import LAPSES, DeficitAgent
 from trace_gym.episodes import run_episode
 
@@ -23,8 +20,8 @@ SWE = {
 @pytest.mark.parametrize("env_id", sorted(SWE))
 def test_lapse_fails_and_names_its_capability(env_id):
     cap = SWE[env_id]
-    assert cap in LAPSES
     env = gym.make(env_id, disable_env_checker=True)
+    assert LAPSES[cap] is env.unwrapped.capability_spec.lapse  # the spec's own lapse
     perfect = [run_episode(env, DeficitAgent({cap: 0.0}), seed=s) for s in range(3)]
     assert all(r["final_reward"] == 1.0 for r in perfect)
     records = [

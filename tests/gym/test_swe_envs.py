@@ -94,8 +94,8 @@ def test_in_process_outcomes_match_the_sandbox(env_id):
     """What generation computed in-process (which tests the defect breaks) holds in the
     sandbox on the defective module."""
     _, task = _task(env_id, 3, 0.5)
-    run = run_suite(task, task.source, Sandbox(swe_common.SANDBOX_LIMITS))
-    passed = {k for k, v in run.report.items() if v[0] == "passed"}
+    suite = run_suite(task, task.source)
+    passed = {k for k, (outcome, _) in suite.results.items() if outcome == "passed"}
     assert task.target_name not in passed
     assert set(task.passing_before) <= passed
     assert not set(task.hidden_fail_to_pass) & passed
@@ -174,7 +174,8 @@ def test_oracle_scores_one_and_reports_the_sandbox(env_id):
     _, reward, term, _, info = env.step(env.unwrapped.oracle_actions()[0])
     assert term and reward == 1.0 and info["is_success"]
     assert info["sandbox"]["status"] == "ok"
-    assert info["sandbox"]["isolation"] in ("bwrap", "rlimits")
+    assert info["sandbox"]["isolation"] == "bwrap"
+    assert "tmpfs" in info["sandbox"]["guarantees"]["disk"]
     as_text = env.unwrapped.oracle_actions()[0]["arguments"]["patch"]
     env.reset(seed=11)
     assert env.step(as_text)[1] == 1.0
@@ -230,9 +231,9 @@ def test_tampering_gate():
 
 
 def test_sandbox_failure_ends_the_episode_as_infra_error(monkeypatch):
-    broken = Sandbox(Limits(), isolation="rlimits", python="/nonexistent/python")
-    monkeypatch.setattr(swe_common.SweEnv, "_sandbox", broken)
-    env = gym.make("trace/swe-semantic-precision-v0")
+    broken = Sandbox(Limits(), isolation="none", python="/nonexistent/python")
+    monkeypatch.setitem(swe_common._SANDBOXES, "none", broken)
+    env = gym.make("trace/swe-semantic-precision-v0", isolation="none")
     env.reset(seed=123)
     _, reward, term, _, info = env.step(env.unwrapped.oracle_actions()[0])
     assert term and reward == 0.0
@@ -245,3 +246,43 @@ def test_oversized_patches_are_refused_quickly():
         parse_patch("<<<<<<< SEARCH\n" + "x" * 200_000)
     with pytest.raises(PatchError, match="more than"):
         parse_patch("<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n" * 50)
+
+
+def test_tests_are_parsed_into_calls_and_expected_values_the_fast_way_and_the_ast_way_agree():
+    for env_id in SWE_IDS:
+        for seed in range(4):
+            _, task = _task(env_id, seed, seed / 3)
+            for source, stem in ((task.visible_tests, "test_visible"),
+                                 (task.target_test, "test_target"),
+                                 (task.hidden_tests, "test_hidden")):  # fmt: skip
+                fast = swe_common._parse_rendered(source, stem)
+                assert fast == swe_common._parse_any(source, stem) and fast
+    odd = "def test_a():\n    x = 1\n    assert M.f(x) == 2\n"
+    with pytest.raises(ValueError, match="assert CALL == VALUE"):
+        swe_common.parse_tests(odd, "t")
+    assert swe_common.parse_tests("def test_a():\n    assert M.f('a == b') == 'x == y'\n", "t") == (
+        swe_common.TestCase("t::test_a", (("M.f('a == b')", "x == y"),)),
+    )
+
+
+def test_hidden_tests_and_expected_values_never_enter_the_sandbox(monkeypatch):
+    env = gym.make("trace/swe-call-graph-v0")
+    env.reset(seed=5)
+    task = env.unwrapped.task
+    sent = []
+    real = Sandbox.compute
+
+    def spy(self, files, module, calls, **kw):
+        sent.append((dict(files), list(calls)))
+        return real(self, files, module, calls, **kw)
+
+    monkeypatch.setattr(Sandbox, "compute", spy)
+    swe_common._RUN_CACHE.clear()
+    _, reward, *_ = env.step(env.unwrapped.oracle_actions()[0])
+    assert reward == 1.0 and len(sent) == 1
+    files, calls = sent[0]
+    assert set(files) == {f"{task.module}.py"}
+    hidden = swe_common.parse_tests(task.hidden_tests, "test_hidden")
+    assert {c for t in hidden for c, _ in t.calls} <= set(calls)  # the inputs go in
+    blob = repr(sent)
+    assert "test_hidden" not in blob and "assert" not in blob  # the tests do not

@@ -114,7 +114,8 @@ def test_knob_bounds_are_checked_in_one_place():
 
 def test_validate_sandbox_lets_the_code_sandbox_run_and_nothing_else(tmp_path):
     """The validate child forbids writes and processes; the SWE environments' code sandbox
-    still needs its own temporary task directories and launcher, and only those."""
+    still starts bubblewrap and its launcher, makes its control groups and (unisolated) its
+    task folders, and kills its runs' processes; only those."""
     import subprocess
     import sys
 
@@ -126,9 +127,13 @@ def test_validate_sandbox_lets_the_code_sandbox_run_and_nothing_else(tmp_path):
         made, mkdtemp = [], tempfile.mkdtemp
         tempfile.mkdtemp = lambda **kw: made.append(mkdtemp(**kw)) or made[-1]
         install_sandbox()
-        run = Sandbox().run({{"m.py": "open('out.txt', 'w').write('x'); print('ran')"}}, "m.py")
-        assert run.status == "ok" and "ran" in run.stdout, run
-        loop = Sandbox(Limits(cpu_seconds=5, wall_seconds=1.0), isolation="rlimits")
+        from trace_gym.sandbox import sandbox_available
+        modes = ["none"] + (["bwrap"] if sandbox_available("bwrap") is None else [])
+        for mode in modes:
+            code = "open('out.txt', 'w').write('x'); print('ran')"
+            run = Sandbox(isolation=mode).run({{"m.py": code}}, "m.py")
+            assert run.status == "ok" and "ran" in run.stdout, run
+        loop = Sandbox(Limits(cpu_seconds=5, wall_seconds=1.0), isolation="none")
         loop = loop.run({{"m.py": "while True: pass"}}, "m.py")
         assert loop.status in ("timeout", "cpu_limit"), loop  # its process group was killed
         assert len(made) == 2 and not any(os.path.exists(d) for d in made)  # and cleaned up

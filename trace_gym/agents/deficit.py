@@ -16,9 +16,14 @@ capability would act:
 | ``policy_compliance_under_pressure`` | gives in to the customer's pressure |
 | ``error_recovery_communication`` | does not recover from the error |
 | ``information_gathering`` | guesses instead of asking |
+| ``semantic_logic_precision`` | edits the right lines but leaves the operator as it was |
+| ``deep_call_graph_traversal`` | special-cases the public function the issue calls (the symptom) |
+| ``diff_context_precision`` | quotes only the changed line, which first matches a twin |
+| ``multi_site_consistency`` | fixes the first site only |
+| ``structural_refactor_awareness`` | writes the logic inline and misses an edge case |
 
-A customer-service capability's lapse sits beside its environment (the spec's ``lapse``);
-the SWE ones are in ``deficit_lapses_swe``. Capabilities without a specific lapse use a generic
+Every capability's lapse sits beside its environment (the spec's ``lapse``), the SWE ones
+included. Capabilities without a specific lapse use a generic
 one: the segment's writes and decisions are dropped (the agent talks but never acts).
 
 Lapse draws depend on (agent seed, task seed, capability) only, not on the difficulty, so a
@@ -168,6 +173,3 @@ def deficit_agent_from_spec(spec: str) -> DeficitAgent:
     except ValueError:
         raise ValueError(f"{spec!r}: the seed must be an integer, got {seed!r}") from None
     return DeficitAgent(profile, seed_value)
-
-
-from trace_gym.agents import deficit_lapses_swe  # noqa: E402,F401  (registers the SWE lapses)

@@ -41,6 +41,10 @@ field               what it is
                     ``owned`` only) the spec can be a member of a composite
 ``oracle_segments`` optional ``(task) -> [Segment]``: a composite's oracle per member
 ``env_name``        the engine class's name (a module aliasing ``XxxEnv = SPEC.env_class``)
+``engine``          the engine that runs the spec: :class:`SpecEnv` (default), or a subclass
+                    for a family of environments that needs more of the episode loop (the
+                    SWE environments' :class:`~trace_gym.envs.swe_common.SweEngine` runs
+                    agent code in the sandbox and reports it in ``info``)
 ==================  =============================================================================
 
 ``SPEC(**kwargs)`` builds the environment (so ``"module:SPEC"`` is a gymnasium entry point),
@@ -205,6 +209,8 @@ class CapabilitySpec:
     env_name: str = ""
     """The engine class's name (default: the capability in CamelCase + ``Env``); a module
     that binds ``XxxEnv = SPEC.env_class`` names it ``XxxEnv`` so instances pickle."""
+    engine: type[SpecEnv] | None = None
+    """The engine class (None: :class:`SpecEnv`); it must subclass :class:`SpecEnv`."""
     env_class: type[SpecEnv] = field(init=False, repr=False, compare=False)
 
     metadata: ClassVar[dict[str, Any]] = TraceEnv.metadata
@@ -230,7 +236,10 @@ class CapabilitySpec:
         toolset = ToolSet(resolve_tools(self.tools))
         if not len(toolset):
             raise ConfigError(f"{self.id}: a spec needs at least one tool")
-        object.__setattr__(self, "env_class", SpecEnv.for_spec(self, toolset, int(match[1])))
+        engine = SpecEnv if self.engine is None else self.engine
+        if not (isinstance(engine, type) and issubclass(engine, SpecEnv)):
+            raise ConfigError(f"{self.id}: engine must be a SpecEnv subclass, got {engine!r}")
+        object.__setattr__(self, "env_class", engine.for_spec(self, toolset, int(match[1])))
         if self.lapse is not None:  # the deficit agents find it by capability
             LAPSES.setdefault(self.capability, self.lapse)
 

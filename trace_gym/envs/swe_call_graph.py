@@ -29,13 +29,16 @@ The knobs are declared in ``SweCallGraphEnv.knob_rates`` and hold on every task.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from trace_gym.core.config import apply_overrides
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
+from trace_gym.core.spec import SpecConfig
 from trace_gym.envs import swe_codegen as cg
-from trace_gym.envs.swe_common import SweEnv, SweTask
+from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
 from trace_gym.soundness import KnobRate
 
@@ -46,7 +49,7 @@ HOP_WORDS = ("adjust", "normalise", "weight", "apply_fee_to", "project", "settle
 
 
 @dataclass(frozen=True)
-class CallGraphConfig:
+class CallGraphConfig(SpecConfig):
     depth: int = 3
     """Calls between the public function and the root helper (1..5)."""
     n_fillers: int = 38
@@ -147,29 +150,62 @@ def plan(rng: StableRNG, d: cg.Domain, cfg: CallGraphConfig) -> tuple:
     )
 
 
-class SweCallGraphEnv(SweEnv):
-    """Deep call-graph traversal; see the module docstring."""
+def generate(rng: StableRNG, cfg: CallGraphConfig) -> SweTask:
+    return cg.draw_task(rng, cfg.n_fillers, lambda r, d: plan(r, d, cfg), "call_graph")
 
-    env_id = ENV_ID
-    capability = CAPABILITY
-    version = 0
-    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+
+def hint(task: SweTask) -> str:
+    return (
+        "Follow the failing function's calls down to the helper that computes the "
+        "wrong value and fix it there; other callers share that helper."
+    )
+
+
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Make the issue's call return the expected value in the public function itself (the
+    symptom), leaving the root helper as it is."""
+    task: SweTask = seg.task
+    found = re.search(r"assert M\.(\w+)\((.*)\) == (.*)", task.target_test)
+    path = f"{task.module}.py"
+    if found is None:
+        return emit_edits(seg, [(p, s, s) for p, s, _ in oracle_triples(task)])
+    fn, args, expected = found.groups()
+    start = task.source.index(f"def {fn}(")
+    header = task.source[start : task.source.index("\n", start) + 1]
+    arg = header[header.index("(") + 1 : header.index(")")].split(",")[0].strip()
+    special = f"{header}    if {arg} == {args}:\n        return {expected}\n"
+    return emit_edits(seg, [(path, header, special)])
+
+
+SPEC = single_turn_spec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description=(
+        "Trace a wrong result from a public function down 1-5 calls to the root helper "
+        "that computes it and fix the helper, not the symptom; hidden tests reach the "
+        "helper through other callers."
+    ),
+    tags=(
+        "deep_call_graph_traversal",
+        "swe",
+        "code_repair",
+        "root_cause_analysis",
+        "call_chain",
+        "symptom_vs_cause",
+    ),
+    config=CallGraphConfig,
+    generate=generate,
+    hint=hint,
+    lapse=lapse,
+    knob_rates=(
         # each knob is a function of the difficulty: every task at d = 0 and d = 1
         KnobRate("depth", 0.0, 1.0, 0.0, equals=1),
         KnobRate("depth", 1.0, 1.0, 0.0, equals=5),
         KnobRate("n_functions", 0.0, 1.0, 0.0, equals=34),  # 30 fillers + the chain
         KnobRate("n_functions", 1.0, 1.0, 0.0, equals=56),
-    )
-    template_floor: ClassVar[int] = 900
-    """Distinct masked task templates per 1,000 seeds
-    (1,000 of 1,000 measured at d = 0, 0.5 and 1)."""
-
-    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
-        cfg = CallGraphConfig.from_difficulty(difficulty, config)
-        return cg.draw_task(rng, cfg.n_fillers, lambda r, d: plan(r, d, cfg), "call_graph")
-
-    def hint(self, task: SweTask) -> str:
-        return (
-            "Follow the failing function's calls down to the helper that computes the "
-            "wrong value and fix it there; other callers share that helper."
-        )
+    ),
+    template_floor=900,
+    # Distinct masked task templates per 1,000 seeds (1,000 of 1,000 measured at d = 0, 0.5 and 1).
+    env_name="SweCallGraphEnv",
+)
+SweCallGraphEnv = SPEC.env_class

@@ -1,12 +1,24 @@
-"""What the single-turn SWE environments share: the patch action, the in-sandbox test runner,
-task assembly from a correct and a defective module, the reward and the environment class.
+"""What the SWE environments share: the patch action, task assembly from a correct and a
+defective module, judging outside the sandbox, the reward, the engine and the spec hooks.
 
 A task is built from two versions of one generated module: the correct one and the one with
 the planted defect. Both run in-process at generation time (the code is ours, not the
 agent's) to compute every test's expected value and which tests the defect breaks, so the
-tests agree with the code by construction. Verification runs the agent's patched module and
-all tests in the :mod:`trace_gym.sandbox`, through a small runner script instead of pytest
-(one interpreter start, no plugin discovery: tens of milliseconds per verification).
+tests agree with the code by construction.
+
+**Compute inside, judge outside.** Verification never runs a test file. The harness parses
+its own copies of the tests (``assert M.f(...) == <value>``) into calls and expected values
+(:func:`parse_tests`), sends only the calls and the agent's module into the sandbox
+(:meth:`trace_gym.sandbox.Sandbox.compute`), gets the returned values back as plain data and
+compares them here (:func:`run_suite`). The hidden tests never exist inside the sandbox and
+nothing the agent's code prints, writes or exits with is read as a result: a value it sends
+is only compared with an expected value it never saw. The agent's own runs of the visible
+tests (``run_tests`` in ``trace/swe-repair-v0``) go through an in-sandbox runner whose report
+is feedback, never a verdict.
+
+Every SWE environment is a :class:`~trace_gym.core.spec.CapabilitySpec` run by
+:class:`SweEngine`; :func:`single_turn_spec` fills in the hooks the five single-turn
+environments share.
 
 Reward (the paper's, with the fewest edits as the reference for "one edit"):
 
@@ -17,7 +29,7 @@ Reward (the paper's, with the fewest edits as the reference for "one edit"):
 | ``few_edits`` | 0.1 | ``min(1, edits the fix needs / edits made)`` |
 | ``patch_parsed`` | 0.1 | the action holds a SEARCH/REPLACE patch that applies |
 | ``hidden_tests`` | 0 | every hidden test of the defect passes (hard) |
-| gates | 0 | no test file edited; no special-casing (the target passes, a hidden test of the same defect fails); no code deleted (every function kept, at most a few lines more removed than the fix removes); no reaching into the harness (``sys.modules``, ``os._exit``, ...) |
+| gates | 0 | no test file edited; no special-casing (the target passes while a hidden test, of the defect or one that passed before, fails); no code deleted (every function kept, at most a few lines more removed than the fix removes); no reaching into the harness (``sys.modules``, ``os._exit``, ...) |
 
 A patch that does not parse or apply scores 0. ``still_passing`` and ``few_edits`` count only
 once the target test passes: otherwise an empty patch would earn 0.6 for changing nothing.
@@ -26,20 +38,33 @@ once the target test passes: otherwise an empty patch would earn 0.6 for changin
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
 import functools
 import re
 import textwrap
 import types
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from trace_gym.core.env import EpisodeState, TraceEnv
+from trace_gym.core.env import EpisodeState
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import sha256_hex
-from trace_gym.core.tools import Tool, ToolSet
+from trace_gym.core.spec import CapabilitySpec, SpecEnv
+from trace_gym.core.tools import Tool
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
-from trace_gym.sandbox import REPORT_MARKER, Limits, RunResult, Sandbox
+from trace_gym.errors import ConfigError
+from trace_gym.sandbox import (
+    ISOLATION_MODES,
+    REPORT_MARKER,
+    Limits,
+    RunResult,
+    Sandbox,
+    default_isolation,
+)
 from trace_gym.world.model import World
 
 TARGET_WEIGHT, KEEP_WEIGHT, EDITS_WEIGHT, PARSED_WEIGHT = 0.4, 0.4, 0.1, 0.1
@@ -52,8 +77,9 @@ TAMPERING = re.compile(
     r"setprofile|\batexit\b|__import__|\bexec\s*\(|\beval\s*\(|@@TRACE|\bsignal\b"
 )
 
-# Runs inside the sandbox: imports each test module, runs its test_* functions in order with a
-# per-test alarm, and prints one report line. Stdlib only, so the interpreter starts with -S.
+# The agent's feedback runner (``run_tests``), inside the sandbox: imports each test module,
+# runs its test_* functions in order with a per-test alarm, and prints one report line. What it
+# prints is the agent's code's output: shown to the agent, never graded.
 RUNNER = textwrap.dedent(
     f"""
     import _signal, importlib, sys
@@ -333,40 +359,192 @@ def assemble_task(
     )
 
 
-# -- verification ----------------------------------------------------------------------------
-_RUN_CACHE: OrderedDict[str, RunResult] = OrderedDict()
-_RUN_CACHE_SIZE = 128
+# -- judging outside the sandbox -------------------------------------------------------------
+@dataclass(frozen=True)
+class TestCase:
+    """One test of a task's test file as the harness keeps it: its id and, per ``assert``,
+    the call (source on ``M``, sent into the sandbox) and the expected value (kept here)."""
+
+    id: str
+    calls: tuple[tuple[str, Any], ...]
+
+
+@functools.lru_cache(maxsize=256)
+def parse_tests(source: str, stem: str) -> tuple[TestCase, ...]:
+    """The tests of a generated test file (``assert M.f(...) == <literal>`` lines, as
+    :func:`render_test_file` writes them), parsed, never run. A test that has another shape
+    is our generator's bug: ValueError."""
+    try:
+        return _parse_rendered(source, stem)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return _parse_any(source, stem)
+
+
+def _parse_rendered(source: str, stem: str) -> tuple[TestCase, ...]:
+    """The fast path (20x faster than the AST on a 600-line file): one ``assert`` per line,
+    the expected value the ``repr`` after the last `` == `` (checked: it round-trips)."""
+    out: list[TestCase] = []
+    name, calls = None, []
+    for line in source.split("\n"):
+        if line.startswith("def test_"):
+            if name is not None:
+                out.append(TestCase(f"{stem}::{name}", tuple(calls)))
+            name, calls = line[4 : line.index("(")], []
+        elif name is not None and line.startswith("    assert "):
+            call, sep, text = line[len("    assert ") :].rpartition(" == ")
+            value = ast.literal_eval(text) if sep else None
+            if not sep or repr(value) != text or not call.startswith("M."):
+                raise ValueError(line)
+            calls.append((call, value))
+        elif name is not None and line.strip():
+            raise ValueError(line)
+    if name is not None:
+        out.append(TestCase(f"{stem}::{name}", tuple(calls)))
+    return tuple(out)
+
+
+def _parse_any(source: str, stem: str) -> tuple[TestCase, ...]:
+    lines = source.split("\n")
+    out = []
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
+            continue
+        calls = []
+        for stmt in node.body:
+            test = stmt.test if isinstance(stmt, ast.Assert) else None
+            if not (
+                isinstance(test, ast.Compare)
+                and len(test.ops) == 1
+                and isinstance(test.ops[0], ast.Eq)
+                and test.left.lineno == test.left.end_lineno
+            ):
+                raise ValueError(f"{stem}::{node.name}: not an 'assert CALL == VALUE' test")
+            line = lines[test.left.lineno - 1].encode("utf-8")
+            call = line[test.left.col_offset : test.left.end_col_offset].decode("utf-8")
+            calls.append((call, ast.literal_eval(test.comparators[0])))
+        out.append(TestCase(f"{stem}::{node.name}", tuple(calls)))
+    return tuple(out)
+
+
+def hidden_tests(task: SweTask) -> list[str]:
+    """Ids of the hidden tests: those of the defect and those that passed before it."""
+    before = [t for t in task.passing_before if t.startswith("test_hidden::")]
+    return sorted(set(task.hidden_fail_to_pass) | set(before))
+
+
+def task_tests(task: SweTask) -> tuple[TestCase, ...]:
+    """Every test of a task from the harness's own copies: visible, target and hidden."""
+    return (
+        parse_tests(task.visible_tests, "test_visible")
+        + parse_tests(task.target_test, "test_target")
+        + parse_tests(task.hidden_tests, "test_hidden")
+    )
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """The tests of one module judged here: ``results`` maps a test id to ``(outcome,
+    detail)``, outcome ``passed`` / ``failed`` (a value differs) / ``error`` (a call raised,
+    timed out or crashed the worker, or the module did not import)."""
+
+    run: RunResult
+    results: dict[str, tuple[str, str]]
+
+    @property
+    def infra_error(self) -> bool:
+        return self.run.infra_error
+
+    def passed(self, test_id: str) -> bool:
+        return self.results.get(test_id, ("",))[0] == "passed"
+
+
+class _RunContext:
+    """The sandbox an SWE environment's hooks use during one step, and the runs they made."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self.runs: list[RunResult] = []
+
+
+_CONTEXT: contextvars.ContextVar[_RunContext | None] = contextvars.ContextVar(
+    "trace_swe_run_context", default=None
+)
+_SANDBOXES: dict[str, Sandbox] = {}
 SANDBOX_LIMITS = Limits(cpu_seconds=10, wall_seconds=20.0, memory_bytes=1 << 30)
+_RUN_CACHE: OrderedDict[str, SuiteRun] = OrderedDict()
+_RUN_CACHE_SIZE = 128
 
 
-def run_suite(
-    task: SweTask, module_source: str, sandbox: Sandbox, extra: dict[str, str] | None = None
-) -> RunResult:
-    """Run every test file on ``module_source`` in the sandbox (memoised: verifying the same
-    patch twice runs it once, which keeps verification pure and cheap).
+def shared_sandbox(isolation: str | None = None) -> Sandbox:
+    """One sandbox per isolation mode for the SWE environments (it raises
+    :class:`~trace_gym.sandbox.SandboxUnavailable` when it cannot be had)."""
+    mode = default_isolation() if isolation in (None, "auto") else str(isolation)
+    if mode not in _SANDBOXES:
+        _SANDBOXES[mode] = Sandbox(SANDBOX_LIMITS, isolation=mode)
+    return _SANDBOXES[mode]
 
-    ``extra`` holds other files of the repository the module may now import (a fix that
-    moves code into a new module); the suite's own files take precedence over them."""
+
+def current_sandbox() -> Sandbox:
+    """The sandbox of the environment stepping now (else the default one)."""
+    context = _CONTEXT.get()
+    return context.sandbox if context is not None else shared_sandbox()
+
+
+def _record(run: RunResult) -> None:
+    context = _CONTEXT.get()
+    if context is not None:
+        context.runs.append(run)
+
+
+def run_suite(task: SweTask, module_source: str, extra: dict[str, str] | None = None) -> SuiteRun:
+    """Compute every test call of ``task`` on ``module_source`` in the sandbox and judge
+    here (memoised: verifying the same patch twice runs it once).
+
+    Only the module, and ``extra`` (other modules of the repository it may import: a fix
+    that moves code into a new module), go into the sandbox, with the calls; the tests and
+    their expected values stay here."""
+    sandbox = current_sandbox()
     extra = dict(sorted((extra or {}).items()))
     key = sha256_hex([task.module, module_source, task.visible_tests, task.hidden_tests,
                       task.target_test, sandbox.isolation, extra])  # fmt: skip
     if key in _RUN_CACHE:
         _RUN_CACHE.move_to_end(key)
-        return _RUN_CACHE[key]
-    files = {
-        **extra,
-        f"{task.module}.py": module_source,
-        "test_visible.py": task.visible_tests,
-        "test_target.py": task.target_test,
-        "test_hidden.py": task.hidden_tests,
-        RUNNER_FILE: RUNNER,
-    }
-    result = sandbox.run(files, RUNNER_FILE, ["test_visible", "test_target", "test_hidden"])
-    if not result.infra_error:  # a harness failure may pass on a retry: do not memoise it
-        _RUN_CACHE[key] = result
+        suite = _RUN_CACHE[key]
+        _record(suite.run)
+        return suite
+    tests = task_tests(task)
+    calls = list(dict.fromkeys(call for t in tests for call, _ in t.calls))
+    files = {**extra, f"{task.module}.py": module_source}
+    computed = sandbox.compute(files, task.module, calls, call_timeout=TEST_TIMEOUT_S)
+    _record(computed.run)
+    outcome = dict(zip(calls, computed.outcomes, strict=True))
+    results: dict[str, tuple[str, str]] = {}
+    for t in tests:
+        verdict = ("passed", "")
+        for call, expected in t.calls:
+            got = outcome[call]
+            if got.status != "value":
+                verdict = ("error", f"{got.status}: {got.message}"[:300])
+                break
+            if not got.equals(expected):
+                verdict = ("failed", f"{call[:120]} returned {got.literal[:120]}")
+                break
+        results[t.id] = verdict
+    suite = SuiteRun(computed.run, results)
+    if not computed.run.infra_error:  # a harness failure may pass on a retry: not memoised
+        _RUN_CACHE[key] = suite
         while len(_RUN_CACHE) > _RUN_CACHE_SIZE:
             _RUN_CACHE.popitem(last=False)
-    return result
+    return suite
+
+
+def run_feedback_tests(files: dict[str, str], modules: list[str]) -> RunResult:
+    """The visible tests as the agent has them, run inside the sandbox for the agent's own
+    feedback (the ``run_tests`` tool): their report is the agent's code's output, never a
+    verdict."""
+    run = current_sandbox().run({**files, RUNNER_FILE: RUNNER}, RUNNER_FILE, modules)
+    _record(run)
+    return run
 
 
 def _patch_text(ep: EpisodeState) -> str:
@@ -396,10 +574,9 @@ def _def_names(source: str) -> list[str] | None:
         return None
 
 
-def verify_patch(
-    task: SweTask, patch_text: str, sandbox: Sandbox, capability: str
-) -> tuple[Verification, RunResult | None]:
-    """Grade one patch; also return the sandbox run (None when no run was needed)."""
+def verify_patch(task: SweTask, patch_text: str, capability: str) -> Verification:
+    """Grade one patch: apply it here, compute the tests' calls on the patched module in the
+    sandbox, compare with the expected values here."""
     cap = capability
     path = f"{task.module}.py"
 
@@ -413,7 +590,7 @@ def verify_patch(
     try:
         edits = parse_patch(patch_text)
     except PatchError as exc:
-        return zero(str(exc)), None
+        return zero(str(exc))
     test_files = {"test_visible.py", "test_target.py", "test_hidden.py", RUNNER_FILE}
     touched = sorted({e.path or path for e in edits})
     edited_tests = [p for p in touched if p in test_files or p.split("/")[-1].startswith("test")]
@@ -421,8 +598,8 @@ def verify_patch(
         patched = apply_patch(task.files, edits, path)
     except PatchError as exc:
         if edited_tests:  # an edit of a test file is gated even when it does not apply
-            return _gated(cap, "no_test_edit", edited_tests), None
-        return zero(str(exc), touched), None
+            return _gated(cap, "no_test_edit", edited_tests)
+        return zero(str(exc), touched)
     new_source = patched[path]
     added = "\n".join(e.replace for e in edits)
     tampering = sorted(set(TAMPERING.findall(added)))
@@ -436,24 +613,23 @@ def verify_patch(
                                     + EXTRA_DELETED_LINES else []),
          "the patch deletes functions or more code than the fix needs"),
     ]  # fmt: skip
-    run = run_suite(task, new_source, sandbox)
-    if run.infra_error:
-        return zero(f"sandbox failure: {run.reason}", run.summary()), run
-    report = run.report if isinstance(run.report, dict) else {}
-    outcome = {k: v[0] for k, v in report.items() if isinstance(v, list) and v}
-
-    def ok(test_id: str) -> bool:
-        return outcome.get(test_id) == "passed"
-
+    suite = run_suite(task, new_source)
+    if suite.infra_error:
+        return zero(f"sandbox failure: {suite.run.reason}", suite.run.summary())
+    ok = suite.passed
     target_ok = ok(task.target_name)
     kept = [t for t in task.passing_before if ok(t)]
     hidden_ok = [t for t in task.hidden_fail_to_pass if ok(t)]
     edits_score = min(1.0, len(task.oracle_edits) / len(edits))
-    special_cased = target_ok and len(hidden_ok) < len(task.hidden_fail_to_pass)
-    run_note = "" if report else f"no test report ({run.status}: {run.reason})"
+    # The target bought by breaking or faking behaviour elsewhere: a hidden test (of the
+    # defect, or one that passed before) fails while the target passes. The correct module
+    # passes every hidden test by construction.
+    hidden_failing = sorted(t for t in hidden_tests(task) if not ok(t))
+    special_cased = target_ok and bool(hidden_failing)
+    target_result = suite.results.get(task.target_name, (suite.run.status, suite.run.reason))
     checks = [
         Check("target_test", cap, float(target_ok), TARGET_WEIGHT, expected="passed",
-              actual=outcome.get(task.target_name, run.status), message=run_note),
+              actual=target_result[0], message=target_result[1]),
         Check("still_passing", cap,
               fraction(len(kept), len(task.passing_before)) if target_ok else 0.0, KEEP_WEIGHT,
               expected=len(task.passing_before),
@@ -467,9 +643,9 @@ def verify_patch(
               expected=len(task.hidden_fail_to_pass),
               actual=sorted(set(task.hidden_fail_to_pass) - set(hidden_ok))),
         Check("no_special_casing", cap, float(not special_cased), 0.0, gate=True,
-              expected="hidden tests of the defect pass with the target",
-              actual=sorted(set(task.hidden_fail_to_pass) - set(hidden_ok)) if special_cased
-              else [], message="the target passes but hidden tests of the same defect fail"),
+              expected="every hidden test passes with the target",
+              actual=hidden_failing if special_cased else [],
+              message="the target passes but hidden tests fail"),
     ]  # fmt: skip
     for name, bad, message in gates:
         checks.append(
@@ -477,7 +653,7 @@ def verify_patch(
                 name, cap, float(not bad), 0.0, gate=True, expected=[], actual=bad, message=message
             )
         )
-    return Verification(tuple(checks), required_capabilities=(cap,)), run
+    return Verification(tuple(checks), required_capabilities=(cap,))
 
 
 def _gated(cap: str, name: str, actual: Any) -> Verification:
@@ -490,8 +666,71 @@ def _gated(cap: str, name: str, actual: Any) -> Verification:
     )
 
 
-# -- environment -----------------------------------------------------------------------------
-class _PatchReceiver(ScriptedUser):
+# -- the engine --------------------------------------------------------------------------------
+class SweEngine(SpecEnv):
+    """The engine of every SWE :class:`~trace_gym.core.spec.CapabilitySpec`: a spec's hooks
+    run agent code through :func:`run_suite` / :func:`run_feedback_tests`, in the sandbox
+    this engine holds.
+
+    Args:
+        isolation: the sandbox's isolation, ``bwrap`` or ``none`` (default:
+            :func:`trace_gym.sandbox.default_isolation`). Stepping raises
+            :class:`~trace_gym.sandbox.SandboxUnavailable`, naming how to install bubblewrap
+            and the opt-in, when no sandbox can be had; ``reset`` (task generation) never
+            needs one.
+        **kwargs: as for :class:`~trace_gym.core.env.TraceEnv`.
+
+    ``info["sandbox"]`` reports the last run's ``status``, ``reason`` and ``isolation`` and
+    what the sandbox guarantees here. When the harness itself failed (the launcher never
+    said ready), the episode ends with ``end_reason == "infra_error"``, reward 0 and
+    ``info["infra_error"]``, for a trainer to mask; nothing the agent's code does after it
+    started can end an episode that way.
+    """
+
+    def __init__(self, *args: Any, isolation: str | None = None, **kwargs: Any) -> None:
+        if isolation not in (None, "auto", *ISOLATION_MODES):
+            raise ConfigError(f"isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
+        self.isolation = isolation
+        super().__init__(*args, **kwargs)
+
+    def sandbox(self) -> Sandbox:
+        return shared_sandbox(self.isolation)
+
+    @contextlib.contextmanager
+    def _running(self) -> Iterator[_RunContext]:
+        outer = _CONTEXT.get()
+        sandbox = self.sandbox()
+        if outer is not None and outer.sandbox is sandbox:  # verify inside step: one record
+            yield outer
+            return
+        context = _RunContext(sandbox)
+        token = _CONTEXT.set(context)
+        try:
+            yield context
+        finally:
+            _CONTEXT.reset(token)
+
+    def verify(self, task: Any, episode: EpisodeState) -> Verification:
+        with self._running():
+            return super().verify(task, episode)
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        with self._running() as context:  # raises SandboxUnavailable before the turn
+            obs, reward, terminated, truncated, info = super().step(action)
+        if context.runs:
+            infra = [r for r in context.runs if r.infra_error]
+            run = infra[0] if infra else context.runs[-1]
+            info["sandbox"] = {**run.summary(), "guarantees": context.sandbox.guarantees()}
+            if infra and self.episode.end_reason != "infra_error":
+                self.episode.end_reason = "infra_error"
+                info["end_reason"] = "infra_error"
+                info["infra_error"] = run.reason
+                reward, terminated = 0.0, True
+        return obs, reward, terminated, truncated, info
+
+
+# -- spec hooks shared by the single-turn environments ------------------------------------------
+class PatchReceiver(ScriptedUser):
     """The single turn: any message ends the episode and is graded as the patch."""
 
     def respond(self, agent_text: str, episode: EpisodeState) -> UserReply:
@@ -517,62 +756,72 @@ exactly and is applied at its first occurrence. Fix the module, not the tests: t
 checked against the visible tests, the issue's test and hidden tests."""
 
 
-class SweEnv(TraceEnv):
-    """Base of the single-turn SWE environments: one patch per episode, graded in the
-    sandbox. Subclasses set ``env_id``/``capability`` and implement ``generate``.
+def empty_world(task: SweTask) -> World:
+    return World("2026-01-01T00:00")  # the repository is the task; no records
 
-    ``info["sandbox"]`` reports the isolation used and the run's status. When the sandbox
-    itself fails, the episode ends with ``end_reason == "infra_error"``, reward 0 and
-    ``info["infra_error"]`` set, so a trainer can drop it instead of learning from it.
-    """
 
-    default_max_turns: ClassVar[int] = 2
-    tools: ClassVar[ToolSet] = ToolSet([SUBMIT_PATCH])
-    _last_run: RunResult | None = None
-    isolation: ClassVar[str] = "auto"
-    _sandbox: ClassVar[Sandbox | None] = None
+def patch_user(task: SweTask) -> ScriptedUser:
+    shown = "\n\n".join(f"### {name}\n```python\n{text}```" for name, text in task.files.items())
+    return PatchReceiver(f"## Issue\n{task.issue}\n\n## Repository\n{shown}")
 
-    @classmethod
-    def sandbox(cls) -> Sandbox:
-        if SweEnv._sandbox is None:
-            SweEnv._sandbox = Sandbox(SANDBOX_LIMITS, isolation=cls.isolation)
-        return SweEnv._sandbox
 
-    def build_world(self, task: SweTask) -> World:
-        return World("2026-01-01T00:00")  # the repository is the task; no records
+def patch_instructions(task: SweTask) -> str:
+    return SYSTEM_PROMPT.format(module=task.module)
 
-    def make_user(self, task: SweTask) -> ScriptedUser:
-        files = task.files
-        shown = "\n\n".join(f"### {name}\n```python\n{text}```" for name, text in files.items())
-        return _PatchReceiver(f"## Issue\n{task.issue}\n\n## Repository\n{shown}")
 
-    def system_prompt(self, task: SweTask) -> str:
-        return SYSTEM_PROMPT.format(module=task.module)
+def patch_oracle(task: SweTask) -> list[Any]:
+    # through the tool: a JSON action keeps the patch's newlines on one line (``play``)
+    patch = render_patch([(p, s, r) for p, s, r in task.oracle_edits])
+    return [{"name": "submit_patch", "arguments": {"patch": patch}}]
 
-    def verify(self, task: SweTask, episode: EpisodeState) -> Verification:
-        verification, run = verify_patch(
-            task, _patch_text(episode), self.sandbox(), self.capability
-        )
-        self._last_run = run
-        return verification
 
-    def oracle(self, task: SweTask) -> list[Any]:
-        # through the tool: a JSON action keeps the patch's newlines on one line (``play``)
-        patch = render_patch([(p, s, r) for p, s, r in task.oracle_edits])
-        return [{"name": "submit_patch", "arguments": {"patch": patch}}]
+def task_features(task: SweTask) -> dict[str, Any]:
+    return dict(task.features)
 
-    def difficulty_features(self, task: SweTask) -> dict[str, Any]:
-        return dict(task.features)
 
-    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        self._last_run = None
-        obs, reward, terminated, truncated, info = super().step(action)
-        run: RunResult | None = self._last_run
-        if run is not None:
-            info["sandbox"] = run.summary()
-            if run.infra_error:
-                self.episode.end_reason = "infra_error"
-                info["end_reason"] = "infra_error"
-                info["infra_error"] = run.reason
-                reward = 0.0
-        return obs, reward, terminated, truncated, info
+def patch_verifier(capability: str) -> Callable[[SweTask, EpisodeState], Verification]:
+    """The ``verify`` hook of a single-turn environment training ``capability``."""
+
+    def verify(task: SweTask, episode: EpisodeState) -> Verification:
+        return verify_patch(task, _patch_text(episode), capability)
+
+    verify.__qualname__ = verify.__name__ = f"verify_{capability}"
+    return verify
+
+
+def single_turn_spec(**fields: Any) -> CapabilitySpec:
+    """A single-turn SWE environment: one patch, graded by :func:`verify_patch` (``fields``
+    name the rest: id, capability, description, config, generate, hint, lapse, ...)."""
+    defaults: dict[str, Any] = {
+        "verify": patch_verifier(fields["capability"]),
+        "oracle": patch_oracle,
+        "user": patch_user,
+        "instructions": patch_instructions,
+        "tools": (SUBMIT_PATCH,),
+        "features": task_features,
+        "world": empty_world,
+        "max_turns": 2,
+        "preamble": "",
+        "engine": SweEngine,
+    }
+    return CapabilitySpec(**{**defaults, **fields})
+
+
+# -- lapses: the oracle's fix rewritten by an agent lacking a capability --------------------------
+Triple = tuple[str, str, str]
+
+
+def emit_edits(seg: Segment, edits: list[Triple]) -> list[Any]:
+    """``edits`` in the form the segment's oracle used (``edit`` calls in the repository
+    composite, one ``submit_patch`` in a single-turn environment)."""
+    names = {a.get("name") for a in seg.actions if isinstance(a, dict)}
+    if "edit" in names:
+        return [
+            {"name": "edit", "arguments": {"path": p, "patch": render_patch([(p, s, r)])}}
+            for p, s, r in edits
+        ]
+    return [{"name": "submit_patch", "arguments": {"patch": render_patch(edits)}}]
+
+
+def oracle_triples(task: SweTask) -> list[Triple]:
+    return [(p, s, r) for p, s, r in task.oracle_edits]

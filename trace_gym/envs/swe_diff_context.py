@@ -31,12 +31,14 @@ The knobs are declared in ``SweDiffContextEnv.knob_rates`` and hold on every tas
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from trace_gym.core.config import apply_overrides
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
+from trace_gym.core.spec import SpecConfig
 from trace_gym.envs import swe_codegen as cg
-from trace_gym.envs.swe_common import SweEnv, SweTask
+from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
 from trace_gym.soundness import KnobRate
 
@@ -47,7 +49,7 @@ FACTORS = ("0.25", "1.5", "2.0", "0.8", "1.25", "3.0", "0.4", "2.5")
 
 
 @dataclass(frozen=True)
-class DiffContextConfig:
+class DiffContextConfig(SpecConfig):
     n_twins: int = 3
     """Near-duplicate converters (2..5)."""
     identical: bool = True
@@ -110,29 +112,55 @@ def plan(rng: StableRNG, d: cg.Domain, cfg: DiffContextConfig) -> tuple:
     )
 
 
-class SweDiffContextEnv(SweEnv):
-    """Diff-context precision; see the module docstring."""
+def generate(rng: StableRNG, cfg: DiffContextConfig) -> SweTask:
+    return cg.draw_task(rng, cfg.n_fillers, lambda r, d: plan(r, d, cfg), "diff_context")
 
-    env_id = ENV_ID
-    capability = CAPABILITY
-    version = 0
-    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+
+def hint(task: SweTask) -> str:
+    return (
+        "Several functions look alike. Quote enough context in SEARCH (the def line) "
+        "that it matches only the function the issue names."
+    )
+
+
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Quote only the changed line; it first occurs in the twin defined earlier."""
+    out = []
+    for p, s, r in oracle_triples(seg.task):
+        old = [ln for ln in s.split("\n") if ln.strip()][-1]
+        new = [ln for ln in r.split("\n") if ln.strip()][-1]
+        out.append((p, old + "\n", new + "\n"))
+    return emit_edits(seg, out)
+
+
+SPEC = single_turn_spec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description=(
+        "Fix the one wrong function among 2-5 near-duplicates with a SEARCH block that "
+        "carries enough context to match it alone (a block applies at its first match)."
+    ),
+    tags=(
+        "diff_context_precision",
+        "swe",
+        "code_repair",
+        "patch_localization",
+        "edit_placement",
+        "near_duplicate_code",
+    ),
+    config=DiffContextConfig,
+    generate=generate,
+    hint=hint,
+    lapse=lapse,
+    knob_rates=(
         # each knob is a function of the difficulty: every task at d = 0 and d = 1
         KnobRate("n_twins", 0.0, 1.0, 0.0, equals=2),
         KnobRate("n_twins", 1.0, 1.0, 0.0, equals=5),
         KnobRate("identical_twins", 0.0, 0.0, 0.0),
         KnobRate("identical_twins", 1.0, 1.0, 0.0),
-    )
-    template_floor: ClassVar[int] = 900
-    """Distinct masked task templates per 1,000 seeds
-    (1,000 of 1,000 measured at d = 0 and 0.5)."""
-
-    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
-        cfg = DiffContextConfig.from_difficulty(difficulty, config)
-        return cg.draw_task(rng, cfg.n_fillers, lambda r, d: plan(r, d, cfg), "diff_context")
-
-    def hint(self, task: SweTask) -> str:
-        return (
-            "Several functions look alike. Quote enough context in SEARCH (the def line) "
-            "that it matches only the function the issue names."
-        )
+    ),
+    template_floor=900,
+    # Distinct masked task templates per 1,000 seeds (1,000 of 1,000 measured at d = 0 and 0.5).
+    env_name="SweDiffContextEnv",
+)
+SweDiffContextEnv = SPEC.env_class

@@ -31,12 +31,14 @@ The knobs are declared in ``SweMultiSiteEnv.knob_rates`` and hold on every task.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from trace_gym.core.config import apply_overrides
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
+from trace_gym.core.spec import SpecConfig
 from trace_gym.envs import swe_codegen as cg
-from trace_gym.envs.swe_common import SweEnv, SweTask
+from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
 from trace_gym.soundness import KnobRate
 
@@ -47,7 +49,7 @@ SITE_WORDS = ("over_budget", "needs_review", "alert", "escalate", "throttle", "f
 
 
 @dataclass(frozen=True)
-class MultiSiteConfig:
+class MultiSiteConfig(SpecConfig):
     n_sites: int = 3
     n_decoys: int = 1
     n_fillers: int = 38
@@ -133,29 +135,50 @@ def _policy_comment(policy: str, d: cg.Domain) -> str:
     return f"# POLICY: every reported {d.value} figure is rounded to two decimals.\n"
 
 
-class SweMultiSiteEnv(SweEnv):
-    """Multi-site consistency; see the module docstring."""
+def generate(rng: StableRNG, cfg: MultiSiteConfig) -> SweTask:
+    return cg.draw_task(rng, cfg.n_fillers, lambda r, d: plan(r, d, cfg), "multi_site")
 
-    env_id = ENV_ID
-    capability = CAPABILITY
-    version = 0
-    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+
+def hint(task: SweTask) -> str:
+    return (
+        "The issue's rule is broken in more than one place: find every function that "
+        "implements it and fix each, but leave functions documented as exceptions."
+    )
+
+
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Fix the site the issue names first and stop."""
+    return emit_edits(seg, oracle_triples(seg.task)[:1])
+
+
+SPEC = single_turn_spec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description=(
+        "Fix the same policy mistake at every one of 2-5 parallel sites of a generated "
+        "module, leaving decoys documented as exceptions untouched."
+    ),
+    tags=(
+        "multi_site_consistency",
+        "swe",
+        "code_repair",
+        "parallel_sites",
+        "consistent_edits",
+        "incomplete_fix",
+    ),
+    config=MultiSiteConfig,
+    generate=generate,
+    hint=hint,
+    lapse=lapse,
+    knob_rates=(
         # each knob is a function of the difficulty: every task at d = 0 and d = 1
         KnobRate("n_sites", 0.0, 1.0, 0.0, equals=2),
         KnobRate("n_sites", 1.0, 1.0, 0.0, equals=5),
         KnobRate("n_decoys", 0.0, 0.0, 0.0),
         KnobRate("n_decoys", 1.0, 1.0, 0.0, equals=2),
-    )
-    template_floor: ClassVar[int] = 800
-    """Distinct masked task templates per 1,000 seeds
-    (300 of 300 measured at d = 0, 0.5 and 1)."""
-
-    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
-        cfg = MultiSiteConfig.from_difficulty(difficulty, config)
-        return cg.draw_task(rng, cfg.n_fillers, lambda r, d: plan(r, d, cfg), "multi_site")
-
-    def hint(self, task: SweTask) -> str:
-        return (
-            "The issue's rule is broken in more than one place: find every function that "
-            "implements it and fix each, but leave functions documented as exceptions."
-        )
+    ),
+    template_floor=800,
+    # Distinct masked task templates per 1,000 seeds (300 of 300 measured at d = 0, 0.5 and 1).
+    env_name="SweMultiSiteEnv",
+)
+SweMultiSiteEnv = SPEC.env_class

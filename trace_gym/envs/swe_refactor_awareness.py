@@ -31,12 +31,14 @@ The knobs are declared in ``SweRefactorEnv.knob_rates`` and hold on every task.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from trace_gym.core.config import apply_overrides
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
+from trace_gym.core.spec import SpecConfig
 from trace_gym.envs import swe_codegen as cg
-from trace_gym.envs.swe_common import SweEnv, SweTask
+from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
 from trace_gym.soundness import KnobRate
 
@@ -47,7 +49,7 @@ USER_WORDS = ("daily", "weekly", "audit", "export", "invoice", "summary")
 
 
 @dataclass(frozen=True)
-class RefactorConfig:
+class RefactorConfig(SpecConfig):
     n_users: int = 2
     """Functions that already call the helper (1..4)."""
     plain_name: bool = True
@@ -153,29 +155,59 @@ def plan(rng: StableRNG, d: cg.Domain, cfg: RefactorConfig) -> tuple:
     )
 
 
-class SweRefactorEnv(SweEnv):
-    """Structural-refactor awareness; see the module docstring."""
+def generate(rng: StableRNG, cfg: RefactorConfig) -> SweTask:
+    return cg.draw_task(rng, cfg.n_fillers, lambda r, d: plan(r, d, cfg), "refactor")
 
-    env_id = ENV_ID
-    capability = CAPABILITY
-    version = 0
-    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+
+def hint(task: SweTask) -> str:
+    return (
+        "Before writing new logic, look for a helper in the module that already does "
+        "this job (and handles its edge cases) and call it."
+    )
+
+
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Write the helper's job inline, covering the issue's example only."""
+    out = []
+    for p, s, _ in oracle_triples(seg.task):
+        if "round(total, 2)" in s:
+            inline = s.replace("round(total, 2)", "round(total + 1e-9, 2)")
+        else:
+            inline = s.replace(
+                "round(done / planned, 4)", "round(done / planned, 4) if planned else 0.0"
+            )
+        out.append((p, s, inline))
+    return emit_edits(seg, out)
+
+
+SPEC = single_turn_spec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description=(
+        "Replace inline logic that misses an edge case with the module's existing helper "
+        "that already does the job right (half-up cents rounding, a safe clamped ratio)."
+    ),
+    tags=(
+        "structural_refactor_awareness",
+        "swe",
+        "code_repair",
+        "reuse_existing_helpers",
+        "refactoring",
+        "codebase_conventions",
+    ),
+    config=RefactorConfig,
+    generate=generate,
+    hint=hint,
+    lapse=lapse,
+    knob_rates=(
         # each knob is a function of the difficulty: every task at d = 0 and d = 1
         KnobRate("n_users", 0.0, 1.0, 0.0, equals=4),
         KnobRate("n_users", 1.0, 1.0, 0.0, equals=1),
         KnobRate("plain_name", 0.0, 1.0, 0.0),
         KnobRate("plain_name", 1.0, 0.0, 0.0),
-    )
-    template_floor: ClassVar[int] = 800
-    """Distinct masked task templates per 1,000 seeds
-    (300 of 300 measured at d = 0, 0.5 and 1)."""
-
-    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
-        cfg = RefactorConfig.from_difficulty(difficulty, config)
-        return cg.draw_task(rng, cfg.n_fillers, lambda r, d: plan(r, d, cfg), "refactor")
-
-    def hint(self, task: SweTask) -> str:
-        return (
-            "Before writing new logic, look for a helper in the module that already does "
-            "this job (and handles its edge cases) and call it."
-        )
+    ),
+    template_floor=800,
+    # Distinct masked task templates per 1,000 seeds (300 of 300 measured at d = 0, 0.5 and 1).
+    env_name="SweRefactorEnv",
+)
+SweRefactorEnv = SPEC.env_class

@@ -26,7 +26,7 @@ terminal) (read); ``edit`` (SEARCH/REPLACE blocks on one file) (write); ``submit
 | ``hidden:<module>`` (same capability) | 0 | its hidden tests of the defect pass (hard) |
 | ``still_passing:<module>`` (its capability; ``swe_repair`` for the clean modules) | 0.4 / modules checked | partial: share of that module's previously passing tests still passing (counts once a target passes) |
 | ``no_test_edit`` (gate) | 0 | no test file changed |
-| ``no_special_casing:<module>`` (gate) | 0 | not: the target passes and hidden tests of the defect fail |
+| ``no_special_casing:<module>`` (gate) | 0 | not: the target passes and a hidden test (of the defect, or one that passed before) fails |
 | ``no_code_deleted:<module>`` (gate) | 0 | no function deleted, no more lines removed than the fix needs |
 
 Only a submitted repository is graded: without ``submit`` the episode scores 0.
@@ -42,7 +42,7 @@ Only a submitted repository is graded: without ``submit`` the episode scores 0.
 | clean modules | 2 | 5 |
 | each problem's own difficulty | d | d |
 
-The knobs are declared in ``SweRepairEnv.knob_rates`` and hold on every task.
+The knobs are declared in the spec's ``knob_rates`` and hold on every task.
 
 ## Version History
 * v0: initial version.
@@ -53,11 +53,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
+from trace_gym.core.spec import CapabilitySpec, SpecConfig
 from trace_gym.core.tools import Tool, ToolRefusal, ToolSet
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
@@ -70,14 +72,15 @@ from trace_gym.envs import (
 )
 from trace_gym.envs.swe_common import (
     EXTRA_DELETED_LINES,
-    RUNNER,
     RUNNER_FILE,
     TAMPERING,
     PatchError,
-    SweEnv,
+    SweEngine,
     SweTask,
     apply_patch,
+    hidden_tests,
     parse_patch,
+    run_feedback_tests,
     run_suite,
 )
 from trace_gym.errors import ConfigError
@@ -89,23 +92,25 @@ ENV_ID = "trace/swe-repair-v0"
 TARGET_TOTAL, KEEP_WEIGHT = 0.6, 0.4
 READ_LIMIT = 200
 OUTPUT_LIMIT = 4000
-ENVS = {
-    swe_semantic_precision.CAPABILITY: swe_semantic_precision.SwePrecisionEnv,
-    swe_call_graph.CAPABILITY: swe_call_graph.SweCallGraphEnv,
-    swe_diff_context.CAPABILITY: swe_diff_context.SweDiffContextEnv,
-    swe_multi_site.CAPABILITY: swe_multi_site.SweMultiSiteEnv,
-    swe_refactor_awareness.CAPABILITY: swe_refactor_awareness.SweRefactorEnv,
-}
+SPECS = {
+    m.CAPABILITY: m.SPEC
+    for m in (swe_semantic_precision, swe_call_graph, swe_diff_context, swe_multi_site,
+              swe_refactor_awareness)
+}  # fmt: skip
+ENVS = {cap: spec.env_class for cap, spec in SPECS.items()}
+"""The five single-turn environments' engine classes, by capability (kept for callers)."""
 
 
 # -- config -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class RepairConfig:
+class RepairConfig(SpecConfig):
     n_problems: int = 2
     """Defective modules, each needing one capability (1..3)."""
     n_clean: int = 3
     """Modules without a defect (1..5)."""
     capabilities: tuple[str, ...] = tuple(ENVS)
+    difficulty: float = 0.5
+    """Each problem's own difficulty (the episode's difficulty)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.n_problems <= 3:
@@ -117,7 +122,7 @@ class RepairConfig:
 
     @classmethod
     def from_difficulty(cls, d: float, overrides: dict[str, Any]) -> RepairConfig:
-        base = cls(n_problems=1 + round(2 * d), n_clean=2 + round(3 * d))
+        base = cls(n_problems=1 + round(2 * d), n_clean=2 + round(3 * d), difficulty=d)
         return apply_overrides(base, overrides, "swe-repair")
 
 
@@ -146,7 +151,9 @@ def generate_task(rng: StableRNG, difficulty: float, cfg: RepairConfig) -> Repai
     names: set[str] = set()
     for i, cap in enumerate(kinds):
         for _ in range(12):  # module names come from small per-domain lists: redraw clashes
-            t = ENVS[cap]().generate(rng.child("module", i), difficulty, {"n_fillers": 10})
+            spec = SPECS[cap]
+            own = spec.config.from_difficulty(difficulty, {"n_fillers": 10})
+            t = spec.generate(rng.child("module", i), own)
             if t.module not in names:
                 break
         else:
@@ -223,7 +230,7 @@ def edit(world: World, path: str, patch: str) -> dict[str, Any]:
 def run_tests(world: World, selector: str = "") -> dict[str, Any]:
     files = _files(world)
     mods = sorted(p[:-3] for p in files if p.startswith("test_") and p.endswith(".py"))
-    run = SweEnv.sandbox().run({**files, RUNNER_FILE: RUNNER}, RUNNER_FILE, mods)
+    run = run_feedback_tests(files, mods)
     report = run.report if isinstance(run.report, dict) else {}
     rows = [(k, v) for k, v in report.items() if selector in k]
     passed = sum(v[0] == "passed" for _, v in rows)
@@ -270,7 +277,7 @@ def _is_test(path: str) -> bool:
     return path.rsplit("/", 1)[-1].startswith("test_")
 
 
-def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
+def verify(task: RepairTask, ep: EpisodeState) -> Verification:
     """FAIL_TO_PASS and PASS_TO_PASS per module on the final repository, plus gates.
 
     Only a submitted repository is graded (like a pull request): without ``submit`` the
@@ -278,7 +285,7 @@ def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
     """
     if not ep.successful(name="submit"):
         check = Check("submitted", CAPABILITY, 0.0, 1.0, expected="submit", actual=None)
-        return Verification((check,), tuple(task.capabilities), decided=False), []
+        return Verification((check,), tuple(task.capabilities), decided=False)
     files = _files(ep.world)
     original = task.files
     # A test file edited or deleted trips the gate; new files (a reproduction script, even
@@ -294,18 +301,15 @@ def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
     }
     created_tampering = sorted({m for t in created.values() for m in TAMPERING.findall(t)})
     checks: list[Check] = []
-    runs, kept, before = [], 0, 0
+    kept, before = 0, 0
     any_target = False
     keeps: list[tuple[str, str, int, int]] = []  # (module, capability, kept, before)
-    sandbox = SweEnv.sandbox()
     share = TARGET_TOTAL / len(task.problems)
     for t, cap in zip(task.problems, task.capabilities, strict=True):
         path = f"{t.module}.py"
         source = files.get(path, "")  # a deleted module fails its tests and the deletion gate
-        run = run_suite(t, source, sandbox, created)
-        runs.append(run)
-        report = run.report if isinstance(run.report, dict) else {}
-        ok = {k for k, v in report.items() if isinstance(v, list) and v and v[0] == "passed"}
+        suite = run_suite(t, source, created)
+        ok = {k for k, (outcome, _) in suite.results.items() if outcome == "passed"}
         target = t.target_name in ok
         any_target |= target
         hidden_ok = [h for h in t.hidden_fail_to_pass if h in ok]
@@ -320,11 +324,11 @@ def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
             set(TAMPERING.findall(source)) - set(TAMPERING.findall(t.source))
             | set(created_tampering)
         )
-        special = target and len(hidden_ok) < len(t.hidden_fail_to_pass)
+        special = target and any(h not in ok for h in hidden_tests(t))
         m = t.module
         checks += [
             Check(f"target:{m}", cap, float(target), share, expected="passed",
-                  actual=report.get(t.target_name, [run.status])[0]),
+                  actual=suite.results.get(t.target_name, (suite.run.status,))[0]),
             Check(f"hidden:{m}", cap, fraction(len(hidden_ok), len(t.hidden_fail_to_pass)), 0.0,
                   expected=len(t.hidden_fail_to_pass), actual=len(hidden_ok)),
             Check(f"no_special_casing:{m}", cap, float(not special), 0.0, gate=True),
@@ -340,10 +344,8 @@ def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
         if files.get(path) == original[path] and not created:
             kept += len(visible)
             continue
-        run = run_suite(t, files.get(path, ""), sandbox, created)
-        runs.append(run)
-        report = run.report if isinstance(run.report, dict) else {}
-        kept += sum(report.get(p, [""])[0] == "passed" for p in visible)
+        suite = run_suite(t, files.get(path, ""), created)
+        kept += sum(suite.passed(p) for p in visible)
     if before:
         keeps.append(("clean modules", CAPABILITY, kept, before))
     for module, cap, k, b in keeps:  # breaking a module's tests is its capability's failure
@@ -360,7 +362,7 @@ def verify(task: RepairTask, ep: EpisodeState) -> tuple[Verification, list]:
         )
     checks.append(Check("no_test_edit", CAPABILITY, float(not edited_tests), 0.0, gate=True,
                         expected=[], actual=edited_tests))  # fmt: skip
-    return Verification(tuple(checks), tuple(task.capabilities)), runs
+    return Verification(tuple(checks), tuple(task.capabilities))
 
 
 # -- oracle and user --------------------------------------------------------------------------
@@ -384,78 +386,100 @@ class _Reporter(ScriptedUser):
         return None
 
 
-class SweRepairEnv(SweEnv):
-    """SWE repair composite; see the module docstring."""
+def build_world(task: RepairTask) -> World:
+    world = World("2026-01-01T00:00")
+    world.tables["files"] = {p: {"path": p, "text": t} for p, t in task.files.items()}
+    return world
 
-    env_id = ENV_ID
-    capability = CAPABILITY
-    version = 0
-    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+
+def make_user(task: RepairTask) -> ScriptedUser:
+    return _Reporter(f"## Issue\n{task.issue}")
+
+
+def instructions(task: RepairTask) -> str:
+    return (
+        "You are a software engineer resolving an issue in a Python repository. Explore it "
+        "with list_files, read_file and search, change it with edit (SEARCH/REPLACE blocks; "
+        "each SEARCH text must match the file exactly and applies at its first "
+        "occurrence), check with run_tests, and call submit when the issue is resolved. "
+        "Fix the code, not the tests: hidden tests check the same behaviour."
+    )
+
+
+def hint(task: RepairTask) -> str:
+    return (
+        "Reproduce each problem with its issue test, find where the wrong value is "
+        "computed (it may be a helper several calls down, or the same mistake in several "
+        "functions), prefer the module's existing helpers, quote enough context in SEARCH "
+        "to be unique, and run the tests before submitting."
+    )
+
+
+def oracle_segments(task: RepairTask) -> list[Segment]:
+    """The oracle plan, one segment per problem (its capability), then ``submit``."""
+    world = build_world(task)
+    plan = oracle(task)
+    segments = []
+    for t, cap in zip(task.problems, task.capabilities, strict=True):
+        mine = [a for a in plan if a["arguments"].get("path") == f"{t.module}.py"]
+        segments.append(Segment(cap, t, world, mine, TOOLS))
+    return [*segments, Segment(CAPABILITY, task, world, [plan[-1]], TOOLS)]
+
+
+def features(task: RepairTask) -> dict[str, Any]:
+    return {
+        "n_problems": len(task.problems),
+        "capabilities": list(task.capabilities),
+        "n_modules": len(task.problems) + len(task.clean),
+        "repository_lines": sum(t.count("\n") for t in task.files.values()),
+    }
+
+
+def generate(rng: StableRNG, cfg: RepairConfig) -> RepairTask:
+    return generate_task(rng, cfg.difficulty, cfg)
+
+
+SPEC = CapabilitySpec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description=(
+        "Composite SWE target in the style of SWE-bench; resolve an issue with 1-3 "
+        "problems in a generated 3-8 module repository using list_files, read_file, "
+        "search, edit, run_tests and submit; each problem needs one of the five SWE "
+        "capabilities and every check carries it."
+    ),
+    tags=(
+        "composite",
+        "target_benchmark",
+        "swe_repair",
+        "swe",
+        "code_repair",
+        "repository_repair",
+    ),
+    config=RepairConfig,
+    generate=generate,
+    verify=verify,
+    oracle=oracle,
+    user=make_user,
+    instructions=instructions,
+    hint=hint,
+    tools=tuple(TOOLS),
+    features=features,
+    world=build_world,
+    max_turns=30,
+    preamble="",
+    oracle_segments=oracle_segments,
+    knob_rates=(
         # each knob is a function of the difficulty: every task at d = 0 and d = 1
         KnobRate("n_problems", 0.0, 1.0, 0.0, equals=1),
         KnobRate("n_problems", 1.0, 1.0, 0.0, equals=3),
         KnobRate("n_modules", 0.0, 1.0, 0.0, equals=3),  # problems + clean modules
         KnobRate("n_modules", 1.0, 1.0, 0.0, equals=8),
-    )
-    template_floor: ClassVar[int] = 600
-    """Distinct masked task templates per 1,000 seeds (261 of 300 measured at d = 0, where
-    one problem in three modules is drawn; 300 of 300 at 0.5)."""
-    default_max_turns: ClassVar[int] = 30
-    tools = TOOLS
-
-    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> RepairTask:
-        return generate_task(rng, difficulty, RepairConfig.from_difficulty(difficulty, config))
-
-    def build_world(self, task: RepairTask) -> World:
-        world = World("2026-01-01T00:00")
-        world.tables["files"] = {p: {"path": p, "text": t} for p, t in task.files.items()}
-        return world
-
-    def make_user(self, task: RepairTask) -> ScriptedUser:
-        return _Reporter(f"## Issue\n{task.issue}")
-
-    def system_prompt(self, task: RepairTask) -> str:
-        return (
-            "You are a software engineer resolving an issue in a Python repository. Explore it "
-            "with list_files, read_file and search, change it with edit (SEARCH/REPLACE blocks; "
-            "each SEARCH text must match the file exactly and applies at its first "
-            "occurrence), check with run_tests, and call submit when the issue is resolved. "
-            "Fix the code, not the tests: hidden tests check the same behaviour."
-        )
-
-    def hint(self, task: RepairTask) -> str:
-        return (
-            "Reproduce each problem with its issue test, find where the wrong value is "
-            "computed (it may be a helper several calls down, or the same mistake in several "
-            "functions), prefer the module's existing helpers, quote enough context in SEARCH "
-            "to be unique, and run the tests before submitting."
-        )
-
-    def verify(self, task: RepairTask, episode: EpisodeState) -> Verification:
-        verification, runs = verify(task, episode)
-        infra = [r for r in runs if r.infra_error]
-        self._last_run = infra[0] if infra else (runs[0] if runs else None)
-        return verification
-
-    def oracle(self, task: RepairTask) -> list[Any]:
-        return oracle(task)
-
-    def oracle_segments(self, task: RepairTask) -> list[Any]:
-        """The oracle plan, one segment per problem (its capability), then ``submit``."""
-        from trace_gym.core.plans import Segment
-
-        world = self.episode.initial_world.snapshot()
-        plan = oracle(task)
-        segments = []
-        for t, cap in zip(task.problems, task.capabilities, strict=True):
-            mine = [a for a in plan if a["arguments"].get("path") == f"{t.module}.py"]
-            segments.append(Segment(cap, t, world, mine, self.tools))
-        return [*segments, Segment(CAPABILITY, task, world, [plan[-1]], self.tools)]
-
-    def difficulty_features(self, task: RepairTask) -> dict[str, Any]:
-        return {
-            "n_problems": len(task.problems),
-            "capabilities": list(task.capabilities),
-            "n_modules": len(task.problems) + len(task.clean),
-            "repository_lines": sum(t.count("\n") for t in task.files.values()),
-        }
+    ),
+    # distinct masked task templates per 1,000 seeds (261 of 300 measured at d = 0, where one
+    # problem in three modules is drawn; 300 of 300 at 0.5)
+    template_floor=600,
+    engine=SweEngine,
+    env_name="SweRepairEnv",
+)
+SweRepairEnv = SPEC.env_class

@@ -40,12 +40,14 @@ The knobs are declared in ``SwePrecisionEnv.knob_rates`` and hold on every task.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from trace_gym.core.config import apply_overrides
+from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
+from trace_gym.core.spec import SpecConfig
 from trace_gym.envs import swe_codegen as cg
-from trace_gym.envs.swe_common import SweEnv, SweTask
+from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
 from trace_gym.soundness import KnobRate
 
@@ -56,7 +58,7 @@ EASY_KINDS = ("true_division", "batch_count", "page_offset")
 
 
 @dataclass(frozen=True)
-class SemanticConfig:
+class SemanticConfig(SpecConfig):
     n_fillers: int = 24
     kinds: tuple[str, ...] = KINDS
     decoys: int = 1
@@ -178,28 +180,49 @@ def generate_task(rng: StableRNG, cfg: SemanticConfig) -> SweTask:
     raise RuntimeError("could not generate a semantic-precision task in 20 draws")
 
 
-class SwePrecisionEnv(SweEnv):
-    """Semantic-logic precision; see the module docstring."""
+def hint(task: SweTask) -> str:
+    return (
+        "Read the docstring of the function the issue calls and compare each "
+        "comparison, bound and division with it; change only the wrong operator."
+    )
 
-    env_id = ENV_ID
-    capability = CAPABILITY
-    version = 0
-    knob_rates: ClassVar[tuple[KnobRate, ...]] = (
+
+def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
+    """Touch the defective lines, keep their meaning (the operator or bound stays wrong)."""
+    return emit_edits(
+        seg, [(p, s, s.rstrip("\n") + "  # checked\n") for p, s, _ in oracle_triples(seg.task)]
+    )
+
+
+SPEC = single_turn_spec(
+    id=ENV_ID,
+    capability=CAPABILITY,
+    description=(
+        "Fix a boundary or operator mistake (>= for >, inclusive range, true division, "
+        "page offset, batch rounding) in one function of a generated 300-600 line module "
+        "with one SEARCH/REPLACE patch, graded by visible, target and hidden tests in a "
+        "sandbox."
+    ),
+    tags=(
+        "semantic_logic_precision",
+        "swe",
+        "code_repair",
+        "boundary_conditions",
+        "operator_precision",
+        "wrong_algorithm",
+    ),
+    config=SemanticConfig,
+    generate=generate_task,
+    hint=hint,
+    lapse=lapse,
+    knob_rates=(
         # each knob is a function of the difficulty: every task at d = 0 and d = 1
         KnobRate("decoys", 0.0, 0.0, 0.0),
         KnobRate("decoys", 1.0, 1.0, 0.0, equals=2),
         KnobRate("n_functions", 0.0, 1.0, 0.0, equals=31),  # 30 fillers + the defect
         KnobRate("n_functions", 1.0, 1.0, 0.0, equals=49),
-    )
-    template_floor: ClassVar[int] = 900
-    """Distinct masked task templates per 1,000 seeds
-    (1,000 of 1,000 measured at d = 0, 0.5 and 1)."""
-
-    def generate(self, rng: StableRNG, difficulty: float, config: dict[str, Any]) -> SweTask:
-        return generate_task(rng, SemanticConfig.from_difficulty(difficulty, config))
-
-    def hint(self, task: SweTask) -> str:
-        return (
-            "Read the docstring of the function the issue calls and compare each "
-            "comparison, bound and division with it; change only the wrong operator."
-        )
+    ),
+    template_floor=900,  # distinct masked templates per 1,000 seeds (1,000 measured at d = 0, 0.5, 1)
+    env_name="SwePrecisionEnv",
+)
+SwePrecisionEnv = SPEC.env_class

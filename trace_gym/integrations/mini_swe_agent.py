@@ -8,18 +8,21 @@ environment of theirs (their ``Environment`` protocol: ``execute``, ``get_templa
 
 * each command runs with ``bash -c`` in :mod:`trace_gym.sandbox`, in a fresh task directory
   holding the generated repository as the episode has it now; the files the command leaves
-  (edited, created, deleted) become the repository for the next command;
+  (edited, created, deleted) become the repository for the next command. Whatever the
+  command does once it started (fails, is not found, times out, exhausts a limit) is the
+  agent's result, shown to it; only a sandbox that could not start is a harness
+  ``infra_error``;
 * the submit command submits the repository to the trace_gym episode, so the verdict is our
   verifier's (FAIL_TO_PASS and PASS_TO_PASS on hidden tests, gates, each check labelled with
   its capability); the episode's verification goes into the trajectory under
   ``info.trace_gym``, which ``trace_diagnose`` reads as the outcome and ground truth.
 
-Isolation: the sandbox with ``strict=False`` (bash must start processes). Where ``bwrap``
-exists, commands run inside bubblewrap (no network, read-only system, only the task
-directory writable). Without it, commands are only resource-limited (CPU, memory, file size,
-processes, wall clock, output) with a scrubbed environment; as root they run as ``nobody``.
-The audit hook covers the Python launcher only, not bash: a command can then read the host
-and write wherever its user may (``/tmp``, for one). ``info.trace_gym.isolation`` says which.
+Isolation: bubblewrap (see :mod:`trace_gym.sandbox`: no capabilities, no network, its own
+PID namespace, read-only system, only the task folder writable, caps on processes, memory
+and disk). Without bubblewrap, constructing the environment raises
+:class:`~trace_gym.sandbox.SandboxUnavailable` unless ``isolation="none"`` opts in to running
+the agent's commands unisolated. ``info.trace_gym.isolation`` says which, and
+``info.trace_gym.sandbox`` what the sandbox guarantees on that machine.
 
 :func:`run_mini_swe_agent` plays one episode with their ``DefaultAgent`` and saves the
 trajectory in their ``.traj.json`` format; :func:`export_episode` writes an episode played
@@ -41,26 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trace_gym.envs.swe_common import SweEngine
 from trace_gym.errors import ConfigError
 from trace_gym.sandbox import Limits, Sandbox
 
 ENV_ID = "trace/swe-repair-v0"
 SUBMIT_COMMAND = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 TRAJECTORY_FORMAT = "mini-swe-agent-1.1"
-BASH_ENTRY = ".trace_bash.py"
-# Runs in the sandbox as the entry point: removes itself (the repository stays the agent's),
-# sets the configured variables, puts the interpreter's folder first on PATH (``python``
-# runs the tests) and becomes bash, with stderr merged into stdout as a terminal shows it.
-BASH_SCRIPT = """\
-import os, sys
-os.unlink(sys.argv[0])
-for pair in sys.argv[2:]:
-    key, _, value = pair.partition("=")
-    os.environ[key] = value
-os.environ["PATH"] = os.path.dirname(sys.executable) + ":" + os.environ.get("PATH", "/usr/bin")
-os.dup2(1, 2)
-os.execv("/bin/bash", ["bash", "-c", sys.argv[1]])
-"""
+BASH = "/bin/bash"
 
 
 @dataclass
@@ -74,8 +65,11 @@ class TraceSweEnvironmentConfig:
     """Wall-clock and CPU seconds per command."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables of every command (mini-swe-agent's configs set PAGER=cat etc.)."""
-    isolation: str = "auto"
-    """Sandbox isolation: ``auto`` (bubblewrap when installed), ``bwrap`` or ``rlimits``."""
+    isolation: str | None = None
+    """Sandbox isolation: ``bwrap`` (the default), or ``none`` to run the agent's commands
+    without any isolation (an explicit opt-in: they can then read and write your files, use
+    the network and leave processes running). None: ``TRACE_GYM_UNSAFE_NO_SANDBOX=1`` means
+    ``none``, anything else ``bwrap``."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of ``trace_gym.make``."""
 
@@ -85,11 +79,30 @@ class TraceSweEnvironment:
     repository; see the module docstring."""
 
     def __init__(self, **kwargs: Any) -> None:
+        import gymnasium as gym
+
         import trace_gym
 
         self.config = TraceSweEnvironmentConfig(**kwargs)
         cfg = self.config
-        self.env = trace_gym.make(cfg.env_id, **cfg.env_kwargs).unwrapped
+        self.sandbox = Sandbox(
+            Limits(
+                cpu_seconds=cfg.timeout,
+                wall_seconds=float(cfg.timeout),
+                memory_bytes=2 << 30,
+                open_files=256,
+                processes=256,
+                output_bytes=1 << 20,
+            ),
+            isolation=cfg.isolation,
+            strict=False,
+        )  # raises SandboxUnavailable (how to install bubblewrap, the opt-in) before anything
+        if cfg.env_id in gym.registry:  # a trace_gym id, or one validate registered
+            self.env = gym.make(cfg.env_id, **cfg.env_kwargs).unwrapped
+        else:
+            self.env = trace_gym.make(cfg.env_id, **cfg.env_kwargs).unwrapped  # says what exists
+        if isinstance(self.env, SweEngine) and "isolation" not in cfg.env_kwargs:
+            self.env.isolation = self.sandbox.isolation  # its verifier runs as the commands do
         options: dict[str, Any] = {}
         if cfg.split is not None:
             options["split"] = cfg.split
@@ -102,18 +115,6 @@ class TraceSweEnvironment:
                 f"table and a 'submit' tool), such as {ENV_ID}"
             )
         self.reset_info = {k: info[k] for k in _RESET_KEYS}
-        self.sandbox = Sandbox(
-            Limits(
-                cpu_seconds=cfg.timeout,
-                wall_seconds=float(cfg.timeout),
-                memory_bytes=2 << 30,
-                open_files=256,
-                processes=128,
-                output_bytes=1 << 20,
-            ),
-            isolation=cfg.isolation,
-            strict=False,
-        )
         self.commands = 0
         self.statuses: Counter[str] = Counter()
         self.infra_errors: list[str] = []
@@ -153,13 +154,13 @@ class TraceSweEnvironment:
                 dataclasses.replace(
                     sandbox.limits, cpu_seconds=int(timeout), wall_seconds=float(timeout)
                 ),
-                isolation=self.config.isolation,
+                isolation=self.sandbox.isolation,
                 strict=False,
             )
-        pairs = [f"{k}={v}" for k, v in self.config.env.items()]
-        run = sandbox.run(
-            {**self.files(), BASH_ENTRY: BASH_SCRIPT}, BASH_ENTRY, [command, *pairs], collect=True
-        )
+        run = sandbox.run_command(
+            self.files(), [BASH, "-c", command], env=dict(self.config.env), collect=True,
+            merge_stderr=True,
+        )  # fmt: skip
         self.commands += 1
         self.statuses[run.status] += 1
         if run.infra_error:
@@ -167,9 +168,9 @@ class TraceSweEnvironment:
             return {"output": "", "returncode": -1,
                     "exception_info": f"the sandbox could not run the command: {run.reason}",
                     "extra": {"sandbox": run.summary()}}  # fmt: skip
-        if run.files is not None:
-            self._set_files({p: t for p, t in run.files.items() if p != BASH_ENTRY})
-        output = run.stdout + run.stderr  # stderr holds only what came before bash started
+        if run.files is not None:  # None: the run was cut short; the repository stays
+            self._set_files(run.files)
+        output = run.stdout + run.stderr
         failed = run.status not in ("ok", "error")
         out = {
             "output": output,
@@ -247,6 +248,7 @@ class TraceSweEnvironment:
         return {
             **self.reset_info,
             "isolation": self.sandbox.isolation,
+            "sandbox": self.sandbox.guarantees(),
             "played_with": "mini-swe-agent",
             "commands": self.commands,
             "command_statuses": dict(sorted(self.statuses.items())),
@@ -319,7 +321,7 @@ def run_mini_swe_agent(
     split: str | None = None,
     difficulty: float | None = None,
     timeout: int = 30,
-    isolation: str = "auto",
+    isolation: str | None = None,
     env_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Play one episode of ``env_id`` with mini-swe-agent's ``DefaultAgent``.
