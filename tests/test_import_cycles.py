@@ -31,10 +31,6 @@ KNOWN_TRACE_GYM_CYCLES: dict[tuple[str, str], str] = {
     ("trace_gym.soundness", "trace_gym.testing"): "soundness.py <-> testing.py",
     ("trace_gym.agents.baselines", "trace_gym.agents.deficit"): "agents: baselines builds "
     "deficit agents, deficit extends PlanAgent from baselines",
-    ("trace_gym.agents.deficit", "trace_gym.agents.deficit_lapses_swe"): "agents: deficit "
-    "imports the SWE lapses at its bottom so that they register; they import deficit",
-    ("trace_gym.agents", "trace_gym.envs"): "agents -> envs (a SWE lapse uses envs.swe_common) "
-    "-> soundness -> agents",
     ("trace_gym.core", "trace_gym.world"): "core <-> world: the contract imports the world "
     "model and tools, the world imports core's seeding and tools",
 }

@@ -57,7 +57,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +64,7 @@ from typing import Any
 
 from trace_gym.errors import ConfigError
 from trace_gym.sandbox import cgroups, seccomp
+from trace_gym.sandbox.trust import _trusted_section, audit_allows
 
 ISOLATION_MODES = ("bwrap", "none")
 UNSAFE_ENV = "TRACE_GYM_UNSAFE_NO_SANDBOX"
@@ -97,7 +97,6 @@ MAX_VALUE_CHARS = 1 << 20
 _OWN_PACKAGES = ("trace_gym", "trace_diagnose", "trace_train")
 _EXIT_CODES = {90: "blocked", 91: "memory_limit", 92: "process_limit", 93: "file_size_limit",
                94: "open_files_limit"}  # fmt: skip
-_trusted = threading.local()
 
 
 class SandboxUnavailable(ConfigError):
@@ -781,24 +780,6 @@ def sandbox_available(isolation: str | None = None) -> str | None:
 
 
 # -- helpers -------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _trusted_section() -> Any:
-    """Marks the sandbox's own file, process and control-group work (see :func:`audit_allows`)."""
-    depth = getattr(_trusted, "depth", 0)
-    _trusted.depth = depth + 1
-    try:
-        yield
-    finally:
-        _trusted.depth = depth
-
-
-def audit_allows(event: str, args: tuple) -> bool:
-    """Whether an audit event is the sandbox's own work in progress (starting bubblewrap or
-    the launcher, writing its task folder or control groups, killing a run's processes), for
-    a caller's audit policy (``trace-gym validate``) to let through."""
-    return getattr(_trusted, "depth", 0) > 0
-
-
 def _check_paths(files: dict[str, str]) -> None:
     """Task file paths must be relative, normalised and inside the folder (the caller's bug
     otherwise: it raises)."""

@@ -25,6 +25,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from trace_gym.sandbox.trust import _trusted_section
+
 CONTROLLERS = ("memory", "pids")
 _COUNTER = itertools.count()
 
@@ -215,8 +217,6 @@ def release(group: RunGroup) -> None:
 
 @atexit.register
 def _remove_pool() -> None:
-    from trace_gym.sandbox import _trusted_section
-
     with _POOL_LOCK, _trusted_section():
         while _POOL:
             with contextlib.suppress(OSError):
