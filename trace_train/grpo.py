@@ -25,6 +25,7 @@ Nothing of TRL is overridden. Outputs in ``output_dir``: ``adapter/`` (a standar
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trace_train import distributed
 from trace_train.config import GRPORunConfig, save_config
 from trace_train.rollout import (
     ChatFormat,
@@ -91,7 +93,10 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list]:
         keys = [p if isinstance(p, str) else p[-1]["content"] for p in prompts]
-        hints = assign_hints(keys, cfg.hints_per_group)
+        # Under several processes this process holds part of a group: hints by global position.
+        hints = distributed.global_hints(
+            trainer, keys, lambda every: assign_hints(every, cfg.hints_per_group)
+        )
         specs = [EpisodeSpec.from_key(k, hint=h) for k, h in zip(keys, hints, strict=True)]
         if getattr(trainer, "use_vllm", False):
             generate = vllm_generate(trainer)
@@ -120,7 +125,7 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
             tool_prompt=cfg.tool_prompt,
             clock=stats.clock,
         )
-        stats.add(rollouts)
+        stats.add(gather_for_log(trainer, rollouts))
         logprobs = [r.logprobs for r in rollouts] if getattr(trainer, "use_vllm", False) else None
         return {
             "prompt_ids": [r.prompt_ids for r in rollouts],  # hint-free: the swap happens here
@@ -224,6 +229,7 @@ def trl_config(cfg: GRPORunConfig, out: Path) -> Any:
         save_total_limit=cfg.save_total_limit,
         report_to="none",
         disable_tqdm=False,
+        ddp_find_unused_parameters=False,  # several processes: every LoRA weight is used
         use_vllm=cfg.use_vllm,
         vllm_mode=cfg.vllm_mode,
         **({"vllm_server_base_url": cfg.vllm_server_base_url} if cfg.vllm_server_base_url else {}),
@@ -246,6 +252,27 @@ def _has_accelerator() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+# ---------------------------------------------------------------------------------------------
+# Several processes (accelerate launch): TRL splits each group across them (trace_train.distributed)
+# ---------------------------------------------------------------------------------------------
+def gather_for_log(trainer: Any, rollouts: list[Rollout]) -> list[Rollout]:
+    """Every process's rollouts of this call, for the training log the main process writes:
+    light copies (token ids and episode logs stay with the process that played them)."""
+    if trainer.accelerator.num_processes == 1:
+        return rollouts
+    light = [
+        dataclasses.replace(
+            r,
+            completion_ids=[],
+            gen_prompt_ids=[],
+            logprobs=None,
+            record={"turns": r.record.get("turns", 0)},
+        )
+        for r in rollouts
+    ]
+    return distributed.gather_to_all(trainer, light)
 
 
 def held_out_eval(cfg: GRPORunConfig | Any, model: Any, tokenizer: Any, n: int) -> dict[str, Any]:
@@ -273,17 +300,20 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
         raise ValueError(f"unknown env id {cfg.env_id!r}; registered: {trace_gym.registered_ids()}")
 
     # -- 1. run folder and resolved config ------------------------------------------------------
+    # Under several processes (accelerate launch) only the main one writes files.
+    main = distributed.is_main()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "config.yaml")
+    if main:
+        save_config(cfg, out / "config.yaml")
     log_path = out / LOG_NAME
     last = get_last_checkpoint(str(out / "checkpoints")) if (out / "checkpoints").is_dir() else None
     resume_from = last if (cfg.resume and last) else None
     resumed_step = int(Path(resume_from).name.split("-")[-1]) if resume_from else 0
     # Lines after the checkpoint belong to steps that will run again: drop them.
-    prior_rollouts = (
-        truncate_log(log_path, resumed_step) if resume_from else truncate_log(log_path, -1)
-    )
+    prior_rollouts = 0
+    if main:
+        prior_rollouts = truncate_log(log_path, resumed_step if resume_from else -1)
 
     # -- 2. base model, LoRA, tokenizer ---------------------------------------------------------
     model, tokenizer, lora = load_policy_model(cfg, out)
@@ -310,7 +340,7 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
     time_backward(trainer, stats)
     step_bar_only(trainer)
     policy = trainer.model
-    if cfg.eval_episodes and not resume_from:
+    if cfg.eval_episodes and not resume_from and main:
         _log_line(
             log_path,
             {
@@ -328,16 +358,22 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
 
     # -- 7. save the adapter, the held-out result and the run metadata --------------------------
     adapter_dir = out / "adapter"
-    with quiet():
-        policy.save_pretrained(adapter_dir)
-        tokenizer.save_pretrained(adapter_dir)
-    steps_run = trainer.state.global_step - resumed_step
-    end = {"event": "train_end", "step": trainer.state.global_step, "seconds": round(seconds, 2)}
-    end["seconds_per_step"] = round(seconds / max(1, steps_run), 3)
-    if cfg.eval_episodes:
-        end.update(held_out_eval(cfg, policy, tokenizer, cfg.eval_episodes))
-    _log_line(log_path, end)
-    (adapter_dir / "trace_train.json").write_text(json.dumps(_metadata(cfg), indent=2) + "\n")
+    if main:
+        with quiet():
+            policy.save_pretrained(adapter_dir)
+            tokenizer.save_pretrained(adapter_dir)
+        steps_run = trainer.state.global_step - resumed_step
+        end = {
+            "event": "train_end",
+            "step": trainer.state.global_step,
+            "seconds": round(seconds, 2),
+        }
+        end["seconds_per_step"] = round(seconds / max(1, steps_run), 3)
+        if cfg.eval_episodes:
+            end.update(held_out_eval(cfg, policy, tokenizer, cfg.eval_episodes))
+        _log_line(log_path, end)
+        (adapter_dir / "trace_train.json").write_text(json.dumps(_metadata(cfg), indent=2) + "\n")
+    distributed.wait_for_everyone(trainer)  # no process returns before the adapter is written
     return GRPOResult(adapter_dir, log_path, trainer.state.global_step, policy)
 
 
