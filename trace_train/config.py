@@ -179,6 +179,12 @@ class GRPORunConfig(RolloutConfig):
     """``server`` (``trl vllm-serve`` on other GPUs) or ``colocate``."""
     vllm_server_base_url: str | None = None
     """URL of the ``trl vllm-serve`` server (server mode); default host:port 0.0.0.0:8000."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Share of each GPU's memory vLLM takes in colocate mode (the rest trains); in server mode
+    pass ``--gpu_memory_utilization`` to ``trl vllm-serve`` instead."""
+    vllm_max_model_length: int | None = None
+    """vLLM's context window (colocate mode): at least the longest prompt plus
+    ``max_completion_tokens``; ``null`` takes the model's."""
     logging_steps: int = 1
     """Write a ``training_log.jsonl`` line every this many steps."""
 
@@ -208,6 +214,10 @@ class GRPORunConfig(RolloutConfig):
             raise ConfigError(f"lora_rank={self.lora_rank}, lora_targets={self.lora_targets}")
         if self.vllm_mode not in ("server", "colocate"):
             raise ConfigError(f"vllm_mode={self.vllm_mode!r}; use server or colocate")
+        if not 0.0 < self.vllm_gpu_memory_utilization < 1.0:
+            raise ConfigError(
+                f"vllm_gpu_memory_utilization={self.vllm_gpu_memory_utilization} must be in (0, 1)"
+            )
 
     @property
     def hints_per_group(self) -> int:

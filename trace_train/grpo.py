@@ -187,8 +187,9 @@ def load_policy_model(cfg: GRPORunConfig, out: Path) -> tuple[Any, Any, Any]:
     return model, tokenizer, lora
 
 
-def trl_config(cfg: GRPORunConfig, out: Path) -> Any:
-    """TRL's ``GRPOConfig`` for this run (one generation batch = one optimizer step)."""
+def trl_config(cfg: GRPORunConfig, out: Path, stop_ids: list[int] | None = None) -> Any:
+    """TRL's ``GRPOConfig`` for this run (one generation batch = one optimizer step);
+    ``stop_ids`` end a vLLM turn (:func:`trace_train.rollout.vllm_generate`)."""
     from trl import GRPOConfig
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -230,10 +231,39 @@ def trl_config(cfg: GRPORunConfig, out: Path) -> Any:
         report_to="none",
         disable_tqdm=False,
         ddp_find_unused_parameters=False,  # several processes: every LoRA weight is used
-        use_vllm=cfg.use_vllm,
-        vllm_mode=cfg.vllm_mode,
-        **({"vllm_server_base_url": cfg.vllm_server_base_url} if cfg.vllm_server_base_url else {}),
+        **vllm_arguments(cfg, stop_ids),
     )
+
+
+def vllm_arguments(cfg: GRPORunConfig, stop_ids: list[int] | None = None) -> dict[str, Any]:
+    """``GRPOConfig``'s vLLM arguments (TRL 1.x names): mode, server URL or colocated memory
+    share and context, and the turn's stop tokens (vLLM's ``SamplingParams.stop_token_ids``)."""
+    if not cfg.use_vllm:
+        return {"use_vllm": False}
+    args: dict[str, Any] = {"use_vllm": True, "vllm_mode": cfg.vllm_mode}
+    if cfg.vllm_mode == "server" and cfg.vllm_server_base_url:
+        args["vllm_server_base_url"] = cfg.vllm_server_base_url
+    if cfg.vllm_mode == "colocate":
+        args["vllm_gpu_memory_utilization"] = cfg.vllm_gpu_memory_utilization
+        if cfg.vllm_max_model_length:
+            args["vllm_max_model_length"] = cfg.vllm_max_model_length
+    if stop_ids:
+        args["generation_kwargs"] = {"stop_token_ids": list(stop_ids)}
+    return args
+
+
+def check_vllm(cfg: GRPORunConfig) -> None:
+    """``use_vllm`` needs the ``vllm`` package (and a GPU): one clear error before the model
+    loads, instead of TRL's at trainer construction."""
+    import importlib.util
+
+    from trace_train.config import ConfigError
+
+    if cfg.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            "use_vllm: true needs the vllm package (pip install vllm, on a CUDA machine); "
+            "set use_vllm: false to generate with transformers"
+        )
 
 
 def micro_batch_size(cfg: GRPORunConfig) -> int:
@@ -298,6 +328,7 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
 
     if cfg.env_id not in trace_gym.registered_ids():
         raise ValueError(f"unknown env id {cfg.env_id!r}; registered: {trace_gym.registered_ids()}")
+    check_vllm(cfg)
 
     # -- 1. run folder and resolved config ------------------------------------------------------
     # Under several processes (accelerate launch) only the main one writes files.
@@ -330,7 +361,7 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=verifier_reward,
-            args=trl_config(cfg, out),
+            args=trl_config(cfg, out, ChatFormat(tokenizer).stop_ids),
             train_dataset=dataset,
             processing_class=tokenizer,
             peft_config=lora,

@@ -153,15 +153,19 @@ def load_hf(path: str, adapter: str | None = None) -> tuple[Any, Any]:
     from trace_train.quiet import quiet
 
     path = resolve_model(path)
+    # On a GPU in bfloat16 (as GRPO trains there); on a CPU float32 decodes faster.
+    gpu = torch.cuda.is_available()
     with quiet():
         tokenizer = AutoTokenizer.from_pretrained(adapter if _has_tokenizer(adapter) else path)
         tokenizer.padding_side = "left"
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.bfloat16 if gpu else torch.float32
+        )
         if adapter:
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, adapter)
-    return model.eval(), tokenizer
+    return model.to("cuda" if gpu else "cpu").eval(), tokenizer
 
 
 def _has_tokenizer(folder: str | None) -> bool:

@@ -376,18 +376,51 @@ def hf_generate(
 
 
 def vllm_generate(trainer: Any) -> Generate:
-    """A :data:`Generate` over TRL's vLLM backend (colocate or ``trl vllm-serve``). TRL has
-    already pushed the current LoRA weights to vLLM before calling the rollout function. The
-    turn limit is vLLM's ``max_completion_length``; longer turns are cut here."""
+    """A :data:`Generate` over TRL's vLLM backend (``trainer.vllm_generation``, colocate or
+    ``trl vllm-serve``). TRL has already pushed the current LoRA weights to vLLM before calling
+    the rollout function.
+
+    * Each call is one turn: vLLM is asked for at most ``max_new_tokens`` (TRL's per-call limit,
+      ``max_completion_length``, is set for the call and restored), and stops at the turn end
+      (``GRPOConfig.generation_kwargs["stop_token_ids"]``, set by ``trace_train.grpo``).
+    * Server mode under several processes: TRL gathers every process's prompts into one request
+      and hands each process back an equal slice, so every process must call it equally often
+      with equally many prompts. Processes then advance their episodes in lockstep
+      (:func:`play_episodes` asks ``keep_going`` once per turn) and pad their batch to the
+      largest; the padding rows' output is dropped.
+    """
+    backend = trainer.vllm_generation
+    lockstep = backend.mode == "server" and trainer.accelerator.num_processes > 1
 
     def generate(batch: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], list]]:
-        _, completions, logprobs, _ = trainer.vllm_generation.generate(batch, None, 1)
+        rows = list(batch)
+        if lockstep:
+            from accelerate.utils import gather_object
+
+            width = max(gather_object([len(rows)]))
+            rows += [rows[0] if rows else [trainer.processing_class.eos_token_id]] * (
+                width - len(rows)
+            )
+        limit = backend.max_completion_length
+        backend.max_completion_length = max_new_tokens
+        try:
+            _, completions, logprobs, _ = backend.generate(rows, None, 1)
+        finally:
+            backend.max_completion_length = limit
         out = []
-        for ids, lps in zip(completions, logprobs, strict=True):
+        for ids, lps in list(zip(completions, logprobs, strict=True))[: len(batch)]:
             flat = [lp[0] if isinstance(lp, list) else lp for lp in lps]
             out.append((list(ids)[:max_new_tokens], flat[:max_new_tokens]))
         return out
 
+    if lockstep:
+
+        def keep_going(local_active: bool) -> bool:
+            from accelerate.utils import gather_object
+
+            return any(gather_object([local_active]))
+
+        generate.keep_going = keep_going  # type: ignore[attr-defined]
     return generate
 
 
@@ -424,9 +457,12 @@ def play_episodes(
         live = [
             _start(s, fmt, max_turns, reward_mode, env_kwargs or {}, tool_prompt) for s in specs
         ]
-    while active := [x for x in live if not x.done]:
+    # A generator shared by several processes (vLLM server mode) runs until every process is
+    # done: it says so through ``keep_going``; any other one stops with the last live episode.
+    keep_going = getattr(generate, "keep_going", bool)
+    while keep_going(bool(active := [x for x in live if not x.done])):
         budgets = [max_completion_tokens - len(x.rollout.completion_ids) for x in active]
-        n_new = max(1, min(max_new_tokens, max(budgets)))
+        n_new = max(1, min(max_new_tokens, max(budgets, default=1)))
         outputs = generate(
             [x.rollout.gen_prompt_ids + x.rollout.completion_ids for x in active], n_new
         )
