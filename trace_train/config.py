@@ -34,6 +34,16 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field and the fix."""
 
 
+def check_env_urls(urls: Any) -> list[str]:
+    """``env_urls`` as a list of base URLs; one string may hold several, comma-separated."""
+    items = [urls] if isinstance(urls, str) else list(urls or [])
+    out = [u.strip().rstrip("/") for item in items for u in str(item).split(",") if u.strip()]
+    bad = [u for u in out if not u.startswith(("http://", "https://"))]
+    if bad:
+        raise ConfigError(f"env_urls {bad}: give each server's http:// or https:// base URL")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Shared rollout settings (GRPO, warm start and evaluation all play episodes the same way)
 # ---------------------------------------------------------------------------------------------
@@ -75,8 +85,13 @@ class RolloutConfig:
     """Precision of token-by-token decoding in rollouts: ``auto`` (float32 on a CPU, where
     bfloat16 decoding measured slower at batch 1-8; bfloat16 on a GPU), ``float32`` or
     ``bfloat16``."""
+    env_urls: list[str] = field(default_factory=list)
+    """``trace-gym serve`` endpoints (base URLs) to play the environments on instead of in
+    process, taken round-robin among those serving the episode's environment; empty plays in
+    process. Each must serve an id this run plays; the token is ``$TRACE_GYM_SERVE_TOKEN``."""
 
     def __post_init__(self) -> None:
+        self.env_urls = check_env_urls(self.env_urls)
         if not 0.0 <= self.difficulty <= 1.0:
             raise ConfigError(f"difficulty={self.difficulty} must be in [0, 1]")
         if self.difficulty_max is not None and not (self.difficulty <= self.difficulty_max <= 1.0):
@@ -434,8 +449,14 @@ class EvalConfig:
     """Precision of token-by-token decoding (model policies): ``auto`` (float32 on a CPU, where
     bfloat16 decoding measured slower at batch 1-8; bfloat16 on a GPU), ``float32`` or
     ``bfloat16``."""
+    env_urls: list[str] = field(default_factory=list)
+    """``trace-gym serve`` endpoints (base URLs) to play the environments on instead of in
+    process, taken round-robin among those serving the episode's environment; empty plays in
+    process. Each must serve an id this evaluation plays (model policies; scripted agents
+    play in process); the token is ``$TRACE_GYM_SERVE_TOKEN``."""
 
     def __post_init__(self) -> None:
+        self.env_urls = check_env_urls(self.env_urls)
         if self.tool_prompt not in ("hermes", "compact"):
             raise ConfigError(f"tool_prompt={self.tool_prompt!r}; use hermes or compact")
         for name in ("prefill_dtype", "decode_dtype"):

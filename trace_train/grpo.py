@@ -39,6 +39,7 @@ from trace_train.rollout import (
     ChatFormat,
     EpisodeSpec,
     Rollout,
+    ServedEnvs,
     hf_generate,
     play_episodes,
     vllm_generate,
@@ -90,6 +91,7 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
     """TRL's ``rollout_func(prompts, trainer) -> dict``: play each group's task, return the
     hint-free prompt ids, the completion ids with ``env_mask`` and the verifier's reward."""
     fmt = ChatFormat(tokenizer)
+    served = ServedEnvs(cfg.env_urls) if cfg.env_urls else None  # else in process
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list]:
         keys = [p if isinstance(p, str) else p[-1]["content"] for p in prompts]
@@ -124,7 +126,9 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
             agent_name="grpo",
             tool_prompt=cfg.tool_prompt,
             clock=stats.clock,
+            served=served,
         )
+        mask_harness_faults(trainer, rollouts)
         stats.add(gather_for_log(trainer, rollouts))
         logprobs = [r.logprobs for r in rollouts] if getattr(trainer, "use_vllm", False) else None
         return {
@@ -285,8 +289,34 @@ def _has_accelerator() -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Several processes (accelerate launch): TRL splits each group across them (trace_train.distributed)
+# Several processes (accelerate launch: TRL splits each group across them, see
+# trace_train.distributed) and served environments (harness faults masked)
 # ---------------------------------------------------------------------------------------------
+def mask_harness_faults(trainer: Any, rollouts: list[Rollout]) -> None:
+    """Take the episodes the harness failed (``Rollout.fault``: a served environment lost
+    mid-episode, an environment's internal error) out of the update: none of their tokens
+    carries loss, and their reward is the mean of their group's other rollouts, so they move
+    neither the group's baseline nor, with a zero advantage, the policy. TRL has no per-sample
+    mask, and a ``None`` reward would count as 0. The group may span processes: its rewards
+    are gathered first."""
+    groups: dict[str, list[float]] = {}
+    everyone = distributed.gather_to_all(
+        trainer, [(r.spec.key(), r.reward, r.fault is None) for r in rollouts]
+    )
+    for key, reward, healthy in everyone:
+        if healthy:
+            groups.setdefault(key, []).append(reward)
+    for r in rollouts:
+        if r.fault is None:
+            continue
+        healthy_rewards = groups.get(r.spec.key(), [])
+        r.reward = sum(healthy_rewards) / len(healthy_rewards) if healthy_rewards else 0.0
+        if not r.completion_ids:  # TRL reads a completion's last token
+            r.completion_ids = list(r.prompt_ids[-1:])
+            r.logprobs = [0.0] if r.logprobs is not None else None
+        r.env_mask = [0] * len(r.completion_ids)
+
+
 def gather_for_log(trainer: Any, rollouts: list[Rollout]) -> list[Rollout]:
     """Every process's rollouts of this call, for the training log the main process writes:
     light copies (token ids and episode logs stay with the process that played them)."""

@@ -21,10 +21,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from trace_train.rollout import ChatFormat, EpisodeSpec, hf_generate, make_env, play_episodes
+from trace_train.rollout import (
+    ChatFormat,
+    EpisodeSpec,
+    ServedEnvs,
+    hf_generate,
+    make_env,
+    play_episodes,
+)
 
 SCRIPTED = ("oracle", "null", "random", "call_every_tool", "deficit", "spam")
 
@@ -46,6 +53,8 @@ class PlaySettings:
     tool_prompt: str = "hermes"
     prefill_dtype: str = "auto"
     decode_dtype: str = "auto"
+    env_urls: list[str] = field(default_factory=list)
+    """``trace-gym serve`` endpoints model policies play on (empty: in process)."""
 
 
 class ModelPolicy:
@@ -76,6 +85,7 @@ class ModelPolicy:
             reward_mode=settings.reward_mode,
             agent_name=self.name,
             tool_prompt=settings.tool_prompt,
+            served=ServedEnvs(settings.env_urls) if settings.env_urls else None,
         )
         return [r.record for r in rollouts]
 

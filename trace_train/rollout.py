@@ -23,6 +23,13 @@ full JSON schema (trace_gym's rendering, what Qwen-style models are tuned on);
 the same ``<tool_call>`` convention, 3-4x fewer prompt tokens (service-desk: 5,142 -> ~1,500
 for SmolLM2), which is what makes small models trainable on a CPU.
 
+Environments are built in process (``gym.make``) or, given ``trace-gym serve`` endpoints
+(:class:`ServedEnvs`), opened as OpenEnv sessions on them, round-robin, with the same
+constructor arguments; the episode is the same either way. An episode whose environment fails
+the harness rather than the agent (an endpoint lost mid-episode, or an environment's own
+``internal_error`` / ``infra_error``) is a *harness fault* (``Rollout.fault``): training masks
+it and evaluation leaves it out of the rates, instead of scoring it 0.
+
 Generation (:func:`hf_generate`) keeps each sequence's KV cache between the turns of an episode
 and shares it between rollouts that start alike (a GRPO group plays one prompt), so a turn
 only encodes the environment's reply instead of the whole conversation again; the rows of a
@@ -53,6 +60,10 @@ Generate = Callable[[list[list[int]], int], list[tuple[list[int], list[float] | 
 _S, _U, _A, _X = "\x02SYS\x02", "\x02USR\x02", "\x02AST\x02", "\x02ENV\x02"
 MIN_TURN_TOKENS = 8
 """An episode whose remaining token budget is below this ends (the agent says nothing more)."""
+ENDPOINT_LOST = "endpoint_lost"
+"""``end_reason`` of an episode whose served environment stopped answering mid-episode."""
+HARNESS_FAULTS = ("internal_error", "infra_error", ENDPOINT_LOST)
+"""End reasons that are the harness's failure, not the agent's: masked, never scored 0."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,8 @@ class Rollout:
     reward: float = 0.0
     success: bool = False
     record: dict[str, Any] = field(default_factory=dict)
+    fault: str | None = None
+    """Why the harness failed this episode (:data:`HARNESS_FAULTS`), or ``None``."""
 
     @property
     def model_tokens(self) -> int:
@@ -181,6 +194,67 @@ def make_env(
     if max_turns is not None:
         kwargs["max_turns"] = max_turns
     return gym.make(env_id, disable_env_checker=True, **kwargs)
+
+
+class ServedEnvs:
+    """Environments from ``trace-gym serve`` endpoints, one OpenEnv session per episode.
+
+    ``urls`` may serve different environment ids (each server says which in ``/metadata``);
+    :meth:`open` takes the endpoints serving the episode's id in turn (round-robin). An
+    endpoint that does not answer is skipped, and tried again at the next episode (a restarted
+    server rejoins by itself); when none answers for ``reconnect_s`` seconds, one error names
+    them. The shared token comes from ``$TRACE_GYM_SERVE_TOKEN``. Needs ``openenv-core`` (the
+    ``serve`` extra)."""
+
+    def __init__(self, urls: Sequence[str], reconnect_s: float = 30.0) -> None:
+        self.urls = [u.rstrip("/") for u in urls]
+        self.reconnect_s = reconnect_s
+        self.serves: dict[str, str] = {}  # url -> env id, learnt from /metadata
+        self.turn = 0
+
+    def open(self, env_id: str, env_kwargs: dict[str, Any], seed: int, options: dict) -> Any:
+        """A reset session of ``env_id`` on the next endpoint that answers:
+        ``(env, (obs, info))``."""
+        import time
+
+        from trace_gym.serve import RemoteEnv, ServeError, server_metadata
+
+        deadline, errors = time.monotonic() + self.reconnect_s, {}
+        while True:
+            for url in self._rotation(env_id, server_metadata, errors):
+                try:
+                    env = RemoteEnv(url, env_kwargs=env_kwargs)
+                except ServeError as exc:
+                    errors[url] = str(exc)
+                    continue
+                try:
+                    return env, env.reset(seed=seed, options=options)
+                except ServeError as exc:
+                    errors[url] = str(exc)
+                    env.close()
+            if time.monotonic() > deadline:
+                raise ServeError(
+                    f"no endpoint serving {env_id} answered within {self.reconnect_s:.0f} s: "
+                    + "; ".join(f"{u}: {e}" for u, e in errors.items())
+                )
+            time.sleep(0.5)
+
+    def _rotation(self, env_id: str, metadata: Callable, errors: dict[str, str]) -> list[str]:
+        for url in self.urls:
+            if url not in self.serves:
+                try:
+                    self.serves[url] = metadata(url, timeout_s=5.0)["name"]
+                except Exception as exc:  # an endpoint down now is asked again next time
+                    errors[url] = str(exc)
+        mine = [u for u in self.urls if self.serves.get(u) == env_id]
+        if not mine and len(self.serves) == len(self.urls):
+            raise ValueError(
+                f"none of the endpoints serves {env_id}: "
+                + ", ".join(f"{u} serves {e}" for u, e in self.serves.items())
+            )
+        self.turn += 1
+        start = self.turn % len(mine) if mine else 0
+        return mine[start:] + mine[:start]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -448,14 +522,16 @@ def play_episodes(
     agent_name: str = "model",
     tool_prompt: str = "hermes",
     clock: PhaseClock | None = None,
+    served: ServedEnvs | None = None,
 ) -> list[Rollout]:
     """Play ``specs`` side by side, one ``generate`` call per turn; return rollouts in the
     order of ``specs``. Time spent in the environments (reset, step, verification) goes to
-    ``clock`` as ``env``."""
+    ``clock`` as ``env``. With ``served``, the environments are sessions on its endpoints."""
     clock = clock if clock is not None else PhaseClock()
     with clock.time("env"):
         live = [
-            _start(s, fmt, max_turns, reward_mode, env_kwargs or {}, tool_prompt) for s in specs
+            _start(s, fmt, max_turns, reward_mode, env_kwargs or {}, tool_prompt, served)
+            for s in specs
         ]
     # A generator shared by several processes (vLLM server mode) runs until every process is
     # done: it says so through ``keep_going``; any other one stops with the last live episode.
@@ -468,7 +544,12 @@ def play_episodes(
         )
         with clock.time("env"):
             for x, (ids, lps), budget in zip(active, outputs, budgets, strict=True):
-                _advance(x, fmt, ids[: min(budget, max_new_tokens)], lps, budget, agent_name)
+                try:
+                    _advance(x, fmt, ids[: min(budget, max_new_tokens)], lps, budget, agent_name)
+                except Exception as exc:
+                    if not _lost_endpoint(x.env, exc):
+                        raise
+                    _harness_fault(x, agent_name, str(exc))
     for x in live:
         x.env.close()
     return [x.rollout for x in live]
@@ -481,16 +562,23 @@ def _start(
     reward_mode: str,
     env_kwargs: dict,
     tool_prompt: str = "hermes",
+    served: ServedEnvs | None = None,
 ) -> _Live:
-    env = make_env(
-        spec.env_id,
-        max_turns=max_turns,
-        reward_mode=reward_mode,
-        env_kwargs=env_kwargs,
-        tool_prompt=tool_prompt,
-    )
     options = {"difficulty": spec.difficulty, "split": spec.split, "hint": spec.hint}
-    _, info = env.reset(seed=spec.task_seed, options=options)
+    if served is None:
+        env = make_env(
+            spec.env_id,
+            max_turns=max_turns,
+            reward_mode=reward_mode,
+            env_kwargs=env_kwargs,
+            tool_prompt=tool_prompt,
+        )
+        _, info = env.reset(seed=spec.task_seed, options=options)
+    else:  # the same constructor arguments, on the server's side
+        kwargs = {"tool_prompt": tool_prompt, "reward_mode": reward_mode, **env_kwargs}
+        if max_turns is not None:
+            kwargs["max_turns"] = max_turns
+        env, (_, info) = served.open(spec.env_id, kwargs, spec.task_seed, options)
     opening = info["messages"][1]["content"]
     prompt = fmt.prompt_ids(info["system_prompt_no_hint"], opening)
     gen_prompt = fmt.prompt_ids(info["system_prompt"], opening) if spec.hint else prompt
@@ -526,6 +614,34 @@ def _advance(
     r.record = x.env.unwrapped.episode_record(agent=agent)
     r.reward = float(r.record["final_reward"])  # the verifier's score, whatever the reward mode
     r.success = bool(r.record["is_success"])
+    if r.record.get("end_reason") in HARNESS_FAULTS:
+        r.fault = r.record["end_reason"]
+
+
+def _lost_endpoint(env: Any, exc: Exception) -> bool:
+    """Whether ``exc`` is a served environment's session failing (not a bug of ours)."""
+    if not hasattr(env, "base_url"):
+        return False
+    from trace_gym.serve import ServeError
+
+    return isinstance(exc, ServeError)
+
+
+def _harness_fault(x: _Live, agent: str, reason: str) -> None:
+    """End an episode the harness failed: no verdict exists, so no reward is claimed for it;
+    the record says why, for the episode log."""
+    r, spec = x.rollout, x.rollout.spec
+    x.done = True
+    r.fault = ENDPOINT_LOST
+    r.reward, r.success = 0.0, False  # placeholders: a fault is masked, never scored
+    r.record = {
+        "format": "trace_gym.episode.v1",
+        "env_id": spec.env_id, "task_seed": spec.task_seed, "split": spec.split,
+        "difficulty": spec.difficulty, "agent": agent, "turns": 0, "messages": [],
+        "end_reason": ENDPOINT_LOST, "harness_error": reason, "final_reward": None,
+        "is_success": False,
+    }  # fmt: skip
+    x.env.close()
 
 
 def action_text(action: Any) -> str:

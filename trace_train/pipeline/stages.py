@@ -332,11 +332,11 @@ def _trained_as_configured(out: Path, grpo_cfg: GRPORunConfig) -> bool:
     import dataclasses
 
     saved = out / "config.yaml"
-    return (
-        (out / "adapter" / "adapter_config.json").exists()
-        and saved.exists()
-        and yaml.safe_load(saved.read_text()) == dataclasses.asdict(grpo_cfg)
-    )
+    if not ((out / "adapter" / "adapter_config.json").exists() and saved.exists()):
+        return False
+    # Where the environments ran (in process or which servers) does not change the training.
+    same = {**dataclasses.asdict(grpo_cfg), "env_urls": None}
+    return {**(yaml.safe_load(saved.read_text()) or {}), "env_urls": None} == same
 
 
 # ---------------------------------------------------------------------------------------------
