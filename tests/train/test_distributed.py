@@ -38,26 +38,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(model: str, out: Path, processes: int, steps: int = 1) -> None:
-    """``tests.train.ddp_worker`` alone, or through ``accelerate launch`` (torchrun, gloo)."""
-    out.mkdir(parents=True, exist_ok=True)
-    worker = ["-m", "tests.train.ddp_worker", model, str(out), "--steps", str(steps)]
+def run_processes(processes: int, *module: str) -> None:
+    """``python -m MODULE ...`` alone, or in ``processes`` processes through
+    ``accelerate launch`` (torchrun, gloo)."""
     if processes == 1:
-        cmd = [sys.executable, *worker]
+        cmd = [sys.executable, "-m", *module]
     else:
         # --multi_gpu is accelerate's torchrun launcher; on a machine without GPUs the
         # processes train on the CPU and accelerate picks the gloo backend.
         cmd = [ACCELERATE, "launch", "--multi_gpu", "--num_processes", str(processes),
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               "--main_process_port", str(free_port()), *worker]  # fmt: skip
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(REPO),
-        "CUDA_VISIBLE_DEVICES": "",
-    }
+               "--main_process_port", str(free_port()), "-m", *module]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env["CUDA_VISIBLE_DEVICES"] = ""
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def launch(model: str, out: Path, processes: int, steps: int = 1) -> None:
+    """One GRPO run of ``tests.train.ddp_worker`` in ``processes`` processes."""
+    out.mkdir(parents=True, exist_ok=True)
+    run_processes(processes, "tests.train.ddp_worker", model, str(out), "--steps", str(steps))
 
 
 def log_steps(out: Path) -> list[dict]:
@@ -122,18 +123,7 @@ def test_trace_run_trains_across_two_processes(tmp_path):
     for the stages before training, trains with it, and stops."""
     model = build_env_tiny(tmp_path)
     run = tmp_path / "run"
-    port = str(free_port())
-    cmd = [ACCELERATE, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", port,
-           "-m", "tests.train.ddp_pipeline_worker", model, str(run)]  # fmt: skip
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(REPO),
-        "CUDA_VISIBLE_DEVICES": "",
-    }
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_processes(2, "tests.train.ddp_pipeline_worker", model, str(run))
     main, helper = (json.loads((run / f"process{r}.json").read_text()) for r in (0, 1))
     # The warm start (off here) and train run everywhere; everything else on the main process.
     assert helper == {"ran": ["warmstart", "train"], "report": None}
