@@ -1,5 +1,9 @@
 """Serving overhead: step latency and episodes/s through ``trace-gym serve`` (OpenEnv, WebSocket)
-vs the same environment in process, at 1, 8 and 64 concurrent sessions, side by side.
+vs the same environment in process, at 1, 8 and 64 concurrent sessions, side by side; then
+the trainer's view in the same run: seconds to play one GRPO group through the rollout engine
+(``trace_train.rollout.play_episodes``, as ``trace-train grpo`` plays it) with the environments
+in the trainer's own process, on one server process, and on two server processes
+(round-robin, ``env_urls``).
 
     python benchmarks/serve_overhead.py [--env trace/precondition-v0] [--episodes 256]
 
@@ -8,8 +12,11 @@ agent costs nothing). In process, N sessions are N environments stepped in turn 
 Served, one asyncio client drives N WebSocket sessions (OpenEnv's ``EnvClient``) against one
 server process, the pattern of a trainer that batches rollouts; step latency is the round trip
 of one step message. Client and server share the machine, so the served numbers include the
-client's JSON and WebSocket work. Results: ``benchmarks/results/serve_overhead.json`` and a
-Markdown table on stdout.
+client's JSON and WebSocket work. In the trainer's view every row of a group writes the
+oracle's turn (tokenised by a tokenizer trained on the environment's text, the tests' tiny
+one), so the seconds are the environment side of a rollout: chat formatting, tokenising,
+stepping, and the protocol when served; a real model adds its generation time to every row
+alike. Results: ``benchmarks/results/serve_overhead.json`` and Markdown tables on stdout.
 """
 
 from __future__ import annotations
@@ -158,11 +165,103 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------------
+# The trainer's view: one GRPO group through the rollout engine
+# ---------------------------------------------------------------------------------------------
+def oracle_generate(tokenizer, plan: list[str]):
+    """A ``Generate`` whose every row writes the oracle's next turn (all rows of a group play
+    one task, so one plan serves them)."""
+    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in plan]
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    turn = {"n": 0}
+
+    def generate(batch, max_new_tokens):
+        out = ids[min(turn["n"], len(ids) - 1)] + [end]
+        turn["n"] += 1
+        return [(out, None) for _ in batch]
+
+    return generate
+
+
+def group_seconds(env_id: str, urls: list[str], groups: int, group_size: int) -> dict:
+    """Mean seconds to play a group of ``group_size`` rollouts of one task, over ``groups``
+    tasks; ``urls`` empty plays in process."""
+    sys.path.insert(0, str(ROOT))
+    from tests.train.envtiny import env_corpus
+    from trace_train.rollout import ChatFormat, EpisodeSpec, ServedEnvs, action_text, play_episodes
+    from trace_train.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(env_corpus(), vocab_size=3000)
+    fmt = ChatFormat(tokenizer)
+    env = gym.make(env_id, disable_env_checker=True)
+    served = ServedEnvs(urls) if urls else None
+    seconds, rewards = [], []
+    for seed in range(groups):
+        env.reset(seed=seed, options={"difficulty": 0.0})
+        plan = [action_text(a) for a in env.unwrapped.oracle_actions()]
+        specs = [EpisodeSpec(env_id, seed, 0.0)] * group_size
+        t0 = time.perf_counter()
+        rollouts = play_episodes(
+            oracle_generate(tokenizer, plan), fmt, specs, max_turns=8, max_new_tokens=512,
+            max_completion_tokens=4096, served=served,
+        )  # fmt: skip
+        seconds.append(time.perf_counter() - t0)
+        rewards += [r.reward for r in rollouts]
+        assert not any(r.fault for r in rollouts)
+    return {
+        "groups": groups,
+        "group_size": group_size,
+        "seconds_per_group": statistics.fmean(seconds),
+        "seconds_per_group_p50": statistics.median(seconds),
+        "mean_reward": statistics.fmean(rewards),
+    }
+
+
+def trainer_view(env_id: str, groups: int, group_size: int) -> dict:
+    procs = [start_server(env_id, group_size) for _ in range(2)]
+    urls = [url for _, url in procs]
+    try:
+        group_seconds(env_id, urls[:1], 1, 2)  # warm-up: imports, first sessions
+        rows = {
+            "in_process": group_seconds(env_id, [], groups, group_size),
+            "served_1_process": group_seconds(env_id, urls[:1], groups, group_size),
+            "served_2_processes": group_seconds(env_id, urls, groups, group_size),
+        }
+    finally:
+        for proc, _ in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+    rewards = {v["mean_reward"] for v in rows.values()}
+    assert len(rewards) == 1, rows  # the same episodes wherever the environment ran
+    return rows
+
+
+def trainer_table(rows: dict) -> str:
+    base = rows["in_process"]["seconds_per_group"]
+    lines = [
+        "| environments | s per group (mean) | s per group (p50) | vs in process |",
+        "|---|---|---|---|",
+    ]
+    for name, label in (
+        ("in_process", "in the trainer's process"),
+        ("served_1_process", "served, 1 server process"),
+        ("served_2_processes", "served, 2 server processes (round-robin)"),
+    ):
+        r = rows[name]
+        lines.append(
+            f"| {label} | {r['seconds_per_group']:.3f} | {r['seconds_per_group_p50']:.3f} "
+            f"| {r['seconds_per_group'] / base:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="trace/precondition-v0")
     parser.add_argument("--episodes", type=int, default=256, help="per side and session count")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--groups", type=int, default=8, help="GRPO groups per side")
+    parser.add_argument("--group-size", type=int, default=8)
     args = parser.parse_args()
     per_session = {n: max(2, -(-args.episodes // n)) for n in SESSIONS}
     plan = plans(args.env, list(range(max(n * per_session[n] for n in SESSIONS))))
@@ -179,15 +278,19 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+    trainer = trainer_view(args.env, args.groups, args.group_size)
     result = {
         "env_id": args.env,
         "episodes_per_session": {str(n): k for n, k in per_session.items()},
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "rows": rows,
+        "trainer_view": trainer,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(table(rows))
+    print()
+    print(trainer_table(trainer))
 
 
 if __name__ == "__main__":

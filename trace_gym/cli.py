@@ -159,12 +159,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise TraceGymError(str(exc)) from None
     if args.max_sessions < 1:
         raise ConfigError(f"--max-sessions must be at least 1, got {args.max_sessions}")
+    from trace_gym.serve import TOKEN_ENV, check_token
+
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    check_token(args.host, token)
     print(
         f"serving {args.env_id} on http://{args.host}:{args.port} "
         f"(WebSocket /ws, /health, /schema; at most {args.max_sessions} sessions)",
         flush=True,
     )
-    serve(args.env_id, host=args.host, port=args.port, max_sessions=args.max_sessions)
+    serve(args.env_id, host=args.host, port=args.port, max_sessions=args.max_sessions, token=token)
     return 0
 
 
@@ -204,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines")
     srv.add_argument("--port", type=int, default=8000)
     srv.add_argument("--max-sessions", type=int, default=64, help="concurrent client sessions")
+    srv.add_argument(
+        "--token",
+        help="shared token clients must send (default: $TRACE_GYM_SERVE_TOKEN); required "
+        "when --host accepts other machines",
+    )
     srv.set_defaults(fn=cmd_serve)
     try:
         from trace_gym.calibrate import add_calibrate_parser

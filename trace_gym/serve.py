@@ -16,7 +16,17 @@ The protocol is OpenEnv's, the payloads are trace_gym's:
   pass keyword arguments. An unknown key is an error, never dropped: a seed or split that
   silently fell back to a default would put the rollouts of one GRPO group on different tasks;
 * observation: ``text`` (the gymnasium observation), ``terminated``, ``truncated`` and the full
-  ``info`` dict, with OpenEnv's ``reward`` and ``done``.
+  ``info`` dict, with OpenEnv's ``reward`` and ``done``; the step that ends an episode also
+  carries its ``record`` (the ``trace_gym.episode.v1`` log line ``episode_record`` writes);
+* a client may set its session's constructor arguments with the reset argument
+  ``env_kwargs`` (:data:`SESSION_KWARGS`: ``tool_prompt``, ``reward_mode``, ``max_turns``,
+  ``config``), so a trainer plays a served environment exactly as it would build it in process.
+
+Serving beyond this machine needs a shared token (``--token`` or ``TRACE_GYM_SERVE_TOKEN``):
+every request but ``/health`` must then carry ``Authorization: Bearer TOKEN`` (the clients here
+send ``TRACE_GYM_SERVE_TOKEN``), and is refused otherwise. A served SWE environment runs
+client-supplied code, so an open port must not mean open sessions. On the loopback address no
+token is needed.
 
 :class:`RemoteEnv` behaves like ``gym.make(ID)`` against a server::
 
@@ -35,6 +45,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hmac
+import ipaddress
 import json
 import math
 import os
@@ -63,6 +75,11 @@ from trace_gym.registration import entry
 
 DEFAULT_PORT = 8000
 DEFAULT_MAX_SESSIONS = 64
+TOKEN_ENV = "TRACE_GYM_SERVE_TOKEN"
+"""Environment variable holding the shared token, read by the server and by the clients."""
+SESSION_KWARGS = ("tool_prompt", "reward_mode", "max_turns", "config")
+"""Constructor arguments a client may choose for its own session (reset's ``env_kwargs``);
+anything else (a sandbox setting, say) stays the server's choice."""
 
 
 class ServeError(TraceGymError):
@@ -86,6 +103,9 @@ class TraceObservation(Observation):
     terminated: bool = Field(default=False)
     truncated: bool = Field(default=False)
     info: dict[str, Any] = Field(default_factory=dict, description="The gymnasium info dict")
+    record: dict[str, Any] | None = Field(
+        default=None, description="The finished episode's trace_gym.episode.v1 record"
+    )
 
 
 class TraceState(State):
@@ -105,7 +125,9 @@ class TraceServedEnv(Environment[TraceAction, TraceObservation, TraceState]):
     def __init__(self, env_id: str, make_kwargs: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.env_id = env_id
-        self._env = gym.make(env_id, **(make_kwargs or {}))
+        self._make_kwargs = dict(make_kwargs or {})
+        self._session_kwargs: dict[str, Any] = {}
+        self._env = gym.make(env_id, **self._make_kwargs)
         self._state = TraceState(env_id=env_id)
 
     def reset(
@@ -113,20 +135,35 @@ class TraceServedEnv(Environment[TraceAction, TraceObservation, TraceState]):
         seed: int | None = None,
         episode_id: str | None = None,
         options: dict[str, Any] | None = None,
+        env_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> TraceObservation:
         unknown = sorted(set(kwargs) - set(RESET_OPTIONS))
         if unknown:
             raise ConfigError(
-                f"unknown reset argument(s) {unknown}; known: seed, options, "
+                f"unknown reset argument(s) {unknown}; known: seed, options, env_kwargs, "
                 f"{', '.join(RESET_OPTIONS)}"
             )
+        if env_kwargs is not None:
+            self._use_session_kwargs(dict(env_kwargs))
         merged = {**(options or {}), **kwargs}
         obs, info = self._env.reset(seed=seed, options=merged)
         self._state = TraceState(
             env_id=self.env_id, episode_id=episode_id or info["task_id"], task_id=info["task_id"]
         )
         return TraceObservation(text=obs, info=info, reward=None, done=False)
+
+    def _use_session_kwargs(self, env_kwargs: dict[str, Any]) -> None:
+        """Rebuild this session's environment with the client's constructor arguments."""
+        unknown = sorted(set(env_kwargs) - set(SESSION_KWARGS))
+        if unknown:
+            raise ConfigError(
+                f"env_kwargs {unknown} cannot be set by a client; allowed: {list(SESSION_KWARGS)}"
+            )
+        if env_kwargs != self._session_kwargs:
+            self._env.close()
+            self._env = gym.make(self.env_id, **{**self._make_kwargs, **env_kwargs})
+            self._session_kwargs = env_kwargs
 
     def step(
         self, action: TraceAction, timeout_s: float | None = None, **kwargs: Any
@@ -141,6 +178,7 @@ class TraceServedEnv(Environment[TraceAction, TraceObservation, TraceState]):
             terminated=bool(terminated),
             truncated=bool(truncated),
             info=info,
+            record=self._env.unwrapped.episode_record() if self._state.ended else None,
         )
 
     @property
@@ -160,8 +198,15 @@ class TraceServedEnv(Environment[TraceAction, TraceObservation, TraceState]):
         self._env.close()
 
 
-def create_app(env_id: str, *, max_sessions: int = DEFAULT_MAX_SESSIONS, **make_kwargs: Any) -> Any:
-    """The OpenEnv FastAPI application serving ``env_id`` (for ``uvicorn`` or a Dockerfile)."""
+def create_app(
+    env_id: str,
+    *,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    token: str | None = None,
+    **make_kwargs: Any,
+) -> Any:
+    """The OpenEnv FastAPI application serving ``env_id`` (for ``uvicorn`` or a Dockerfile);
+    with ``token``, every request but ``/health`` must carry it (:class:`_RequireToken`)."""
     from openenv.core.env_server import create_app as openenv_create_app
 
     entry(env_id)  # an unknown id fails here, with suggestions, not in the first session
@@ -177,14 +222,18 @@ def create_app(env_id: str, *, max_sessions: int = DEFAULT_MAX_SESSIONS, **make_
         max_concurrent_envs=max_sessions,
     )
     app.add_middleware(_QuietClientClose)
+    if token:
+        app.add_middleware(_RequireToken, token=token)
     return app
 
 
 def app_from_env() -> Any:
     """:func:`create_app` configured by environment variables, for ``uvicorn --factory``.
 
-    ``TRACE_GYM_ENV_ID`` (required) and ``TRACE_GYM_MAX_SESSIONS`` (default 64), so a
-    container runs ``uvicorn --factory trace_gym.serve:app_from_env --workers N``.
+    ``TRACE_GYM_ENV_ID`` (required), ``TRACE_GYM_MAX_SESSIONS`` (default 64) and
+    ``TRACE_GYM_SERVE_TOKEN`` (required unless every client is on this machine: uvicorn's
+    ``--host`` is not visible here), so a container runs
+    ``uvicorn --factory trace_gym.serve:app_from_env --workers N``.
     """
     env_id = os.environ.get("TRACE_GYM_ENV_ID")
     if not env_id:
@@ -194,7 +243,54 @@ def app_from_env() -> Any:
         max_sessions = int(raw)
     except ValueError:
         raise ConfigError(f"TRACE_GYM_MAX_SESSIONS must be an integer, got {raw!r}") from None
-    return create_app(env_id, max_sessions=max_sessions)
+    return create_app(env_id, max_sessions=max_sessions, token=os.environ.get(TOKEN_ENV) or None)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_token(host: str, token: str | None) -> None:
+    """Serving beyond this machine needs a shared token: one clear error otherwise."""
+    if not token and not is_loopback(host):
+        raise ConfigError(
+            f"serving on {host} accepts other machines, so it needs a shared token: pass "
+            f"--token TOKEN or set {TOKEN_ENV} (clients send the same {TOKEN_ENV}); "
+            "without one, serve on 127.0.0.1"
+        )
+
+
+class _RequireToken:
+    """ASGI middleware: refuse every request but ``/health`` without the shared token.
+
+    HTTP gets a 401 with one line saying so; a WebSocket handshake is refused (HTTP 403)
+    before a session opens, so no environment is built for a caller without the token."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket") or scope.get("path") == "/health":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope.get("headers") or []).get(b"authorization", b"")
+        if hmac.compare_digest(given, self.expected):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        body = json.dumps({"detail": f"missing or wrong token (set {TOKEN_ENV})"}).encode()
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 class _QuietClientClose:
@@ -225,17 +321,42 @@ def serve(
     port: int = DEFAULT_PORT,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     log_level: str = "warning",
+    token: str | None = None,
     **make_kwargs: Any,
 ) -> None:
-    """Run the server in the foreground until interrupted."""
+    """Run the server in the foreground until interrupted (``token``: :func:`check_token`)."""
     import uvicorn
 
-    app = create_app(env_id, max_sessions=max_sessions, **make_kwargs)
+    check_token(host, token)
+    app = create_app(env_id, max_sessions=max_sessions, token=token, **make_kwargs)
     uvicorn.run(app, host=host, port=port, log_level=log_level, ws_max_size=64 * 2**20)
 
 
 class TraceEnvClient(EnvClient[TraceAction, TraceObservation, TraceState]):
-    """OpenEnv's WebSocket client for a served trace_gym environment (async)."""
+    """OpenEnv's WebSocket client for a served trace_gym environment (async); sends the shared
+    token (``token``, default ``$TRACE_GYM_SERVE_TOKEN``) when there is one."""
+
+    def __init__(self, base_url: str, *, token: str | None = None, **kwargs: Any) -> None:
+        super().__init__(base_url, **kwargs)
+        self._token = token if token is not None else os.environ.get(TOKEN_ENV)
+
+    async def connect(self) -> TraceEnvClient:
+        """OpenEnv's ``connect``, with the ``Authorization`` header (its own sends none)."""
+        if self._ws is not None or not self._token:
+            await super().connect()
+            return self
+        from websockets.asyncio.client import connect as ws_connect
+
+        try:
+            self._ws = await ws_connect(
+                self._ws_url,
+                open_timeout=self._connect_timeout,
+                max_size=self._max_message_size,
+                additional_headers={"Authorization": f"Bearer {self._token}"},
+            )
+        except Exception as exc:
+            raise ConnectionError(f"Failed to connect to {self._ws_url}: {exc}") from exc
+        return self
 
     def _step_payload(self, action: Any) -> dict[str, Any]:
         turn = action.turn if isinstance(action, TraceAction) else action
@@ -291,8 +412,11 @@ class RemoteEnv(gym.Env):
 
     ``reset(seed=, options=) -> (obs, info)`` and ``step(action) -> (obs, reward, terminated,
     truncated, info)`` return what the in-process environment returns. Given ``env_id``, the
-    constructor checks that the server serves that environment. One instance is one session;
-    ``close()`` ends it.
+    constructor checks that the server serves that environment. ``env_kwargs`` (keys in
+    :data:`SESSION_KWARGS`) build the session's environment as ``gym.make(ID, **env_kwargs)``
+    would; ``token`` (default ``$TRACE_GYM_SERVE_TOKEN``) is sent with every request. After the
+    episode ends, ``episode_record()`` is the server's record of it. One instance is one
+    session; ``close()`` ends it.
     """
 
     metadata = {"render_modes": []}
@@ -304,17 +428,25 @@ class RemoteEnv(gym.Env):
         env_id: str | None = None,
         connect_timeout_s: float = 10.0,
         message_timeout_s: float = 60.0,
+        env_kwargs: dict[str, Any] | None = None,
+        token: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.env_id = env_id
+        self.env_kwargs = dict(env_kwargs) if env_kwargs else None
         self.observation_space = AnyText()
         self.action_space = AnyText()
+        self._record: dict[str, Any] | None = None
+        token = token if token is not None else os.environ.get(TOKEN_ENV)
         if env_id is not None:
-            served = server_metadata(self.base_url, timeout_s=connect_timeout_s)["name"]
-            if served != env_id:
-                raise ServeError(f"{self.base_url} serves {served!r}, not {env_id!r}")
+            meta = server_metadata(self.base_url, timeout_s=connect_timeout_s, token=token)
+            if meta["name"] != env_id:
+                raise ServeError(f"{self.base_url} serves {meta['name']!r}, not {env_id!r}")
         self._client = TraceEnvClient(
-            self.base_url, connect_timeout_s=connect_timeout_s, message_timeout_s=message_timeout_s
+            self.base_url,
+            token=token,
+            connect_timeout_s=connect_timeout_s,
+            message_timeout_s=message_timeout_s,
         ).sync()
         try:
             self._call(self._client.connect)
@@ -334,14 +466,23 @@ class RemoteEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        result = self._call(self._client.reset, seed=seed, options=dict(options or {}))
+        extra = {"env_kwargs": self.env_kwargs} if self.env_kwargs is not None else {}
+        result = self._call(self._client.reset, seed=seed, options=dict(options or {}), **extra)
+        self._record = None
         return result.observation.text, result.observation.info
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         result = self._call(self._client.step, TraceAction(turn=action))
         obs = result.observation
+        self._record = obs.record
         reward = float(result.reward) if result.reward is not None else math.nan
         return obs.text, reward, obs.terminated, obs.truncated, obs.info
+
+    def episode_record(self, agent: str = "unknown") -> dict[str, Any]:
+        """The finished episode as the server's environment logged it (``episode_record``)."""
+        if self._record is None:
+            raise TraceGymError("episode_record() needs a finished episode")
+        return {**self._record, "agent": agent}
 
     def state(self) -> TraceState:
         """The session's episode id, task id and step count on the server."""
@@ -354,13 +495,24 @@ class RemoteEnv(gym.Env):
             client.close()
 
 
-def server_metadata(base_url: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
+def server_metadata(
+    base_url: str, *, timeout_s: float = 10.0, token: str | None = None
+) -> dict[str, Any]:
     """The server's ``/metadata`` (``name`` is the environment id)."""
     import httpx
 
+    token = token if token is not None else os.environ.get(TOKEN_ENV)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.get(f"{base_url.rstrip('/')}/metadata", timeout=timeout_s)
-        response.raise_for_status()
-        return response.json()
+        response = httpx.get(f"{base_url.rstrip('/')}/metadata", timeout=timeout_s, headers=headers)
     except httpx.HTTPError as exc:
-        raise ServeError(f"cannot read {base_url}/metadata: {exc}") from exc
+        raise ServeError(f"cannot reach {base_url}: {exc}") from exc
+    if response.status_code == 401:
+        raise ServeError(
+            f"{base_url} refused the request: it needs the shared token ({TOKEN_ENV})"
+            if not token
+            else f"{base_url} refused the request: wrong token in {TOKEN_ENV}"
+        )
+    if response.is_error:
+        raise ServeError(f"cannot read {base_url}/metadata: HTTP {response.status_code}")
+    return response.json()

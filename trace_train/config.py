@@ -34,6 +34,16 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field and the fix."""
 
 
+def check_env_urls(urls: Any) -> list[str]:
+    """``env_urls`` as a list of base URLs; one string may hold several, comma-separated."""
+    items = [urls] if isinstance(urls, str) else list(urls or [])
+    out = [u.strip().rstrip("/") for item in items for u in str(item).split(",") if u.strip()]
+    bad = [u for u in out if not u.startswith(("http://", "https://"))]
+    if bad:
+        raise ConfigError(f"env_urls {bad}: give each server's http:// or https:// base URL")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Shared rollout settings (GRPO, warm start and evaluation all play episodes the same way)
 # ---------------------------------------------------------------------------------------------
@@ -75,8 +85,13 @@ class RolloutConfig:
     """Precision of token-by-token decoding in rollouts: ``auto`` (float32 on a CPU, where
     bfloat16 decoding measured slower at batch 1-8; bfloat16 on a GPU), ``float32`` or
     ``bfloat16``."""
+    env_urls: list[str] = field(default_factory=list)
+    """``trace-gym serve`` endpoints (base URLs) to play the environments on instead of in
+    process, taken round-robin among those serving the episode's environment; empty plays in
+    process. Each must serve an id this run plays; the token is ``$TRACE_GYM_SERVE_TOKEN``."""
 
     def __post_init__(self) -> None:
+        self.env_urls = check_env_urls(self.env_urls)
         if not 0.0 <= self.difficulty <= 1.0:
             raise ConfigError(f"difficulty={self.difficulty} must be in [0, 1]")
         if self.difficulty_max is not None and not (self.difficulty <= self.difficulty_max <= 1.0):
@@ -179,6 +194,12 @@ class GRPORunConfig(RolloutConfig):
     """``server`` (``trl vllm-serve`` on other GPUs) or ``colocate``."""
     vllm_server_base_url: str | None = None
     """URL of the ``trl vllm-serve`` server (server mode); default host:port 0.0.0.0:8000."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Share of each GPU's memory vLLM takes in colocate mode (the rest trains); in server mode
+    pass ``--gpu_memory_utilization`` to ``trl vllm-serve`` instead."""
+    vllm_max_model_length: int | None = None
+    """vLLM's context window (colocate mode): at least the longest prompt plus
+    ``max_completion_tokens``; ``null`` takes the model's."""
     logging_steps: int = 1
     """Write a ``training_log.jsonl`` line every this many steps."""
 
@@ -208,6 +229,10 @@ class GRPORunConfig(RolloutConfig):
             raise ConfigError(f"lora_rank={self.lora_rank}, lora_targets={self.lora_targets}")
         if self.vllm_mode not in ("server", "colocate"):
             raise ConfigError(f"vllm_mode={self.vllm_mode!r}; use server or colocate")
+        if not 0.0 < self.vllm_gpu_memory_utilization < 1.0:
+            raise ConfigError(
+                f"vllm_gpu_memory_utilization={self.vllm_gpu_memory_utilization} must be in (0, 1)"
+            )
 
     @property
     def hints_per_group(self) -> int:
@@ -424,8 +449,14 @@ class EvalConfig:
     """Precision of token-by-token decoding (model policies): ``auto`` (float32 on a CPU, where
     bfloat16 decoding measured slower at batch 1-8; bfloat16 on a GPU), ``float32`` or
     ``bfloat16``."""
+    env_urls: list[str] = field(default_factory=list)
+    """``trace-gym serve`` endpoints (base URLs) to play the environments on instead of in
+    process, taken round-robin among those serving the episode's environment; empty plays in
+    process. Each must serve an id this evaluation plays (model policies; scripted agents
+    play in process); the token is ``$TRACE_GYM_SERVE_TOKEN``."""
 
     def __post_init__(self) -> None:
+        self.env_urls = check_env_urls(self.env_urls)
         if self.tool_prompt not in ("hermes", "compact"):
             raise ConfigError(f"tool_prompt={self.tool_prompt!r}; use hermes or compact")
         for name in ("prefill_dtype", "decode_dtype"):

@@ -5,6 +5,8 @@ Writes ``episodes.jsonl`` (one ``trace_gym.episode.v1`` record per episode, whic
 environment the success rate with a Wilson 95% interval, the mean reward with a normal 95%
 interval, and per-capability results from the verifier's ``required_capabilities`` /
 ``lacking_capabilities`` (the composite benchmark reports several capabilities per task).
+Episodes the harness failed (``harness_faults``: a served environment lost mid-episode, an
+environment's internal or infrastructure error) are counted but left out of every rate.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from typing import Any
 
 from trace_diagnose.stats import Z95, wilson
 from trace_train.config import EvalConfig
-from trace_train.rollout import EpisodeSpec
+from trace_train.rollout import HARNESS_FAULTS, EpisodeSpec
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Success rate, mean reward (with 95% intervals) and per-capability results."""
+    """Success rate, mean reward (with 95% intervals) and per-capability results, over the
+    episodes the harness did not fail (``harness_faults`` counts those left out: a lost
+    environment endpoint, an environment's internal or infrastructure error)."""
+    played = len(records)
+    records = [r for r in records if r.get("end_reason") not in HARNESS_FAULTS]
     n = len(records)
     rewards = [float(r["final_reward"]) for r in records]
     wins = sum(bool(r["is_success"]) for r in records)
@@ -37,7 +43,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             caps[cap]["n"] += 1
             caps[cap]["lacking"] += cap in lacking
     return {
-        "episodes": n,
+        "episodes": played,
+        "harness_faults": played - n,
         "success_rate": wins / n if n else 0.0,
         "success_ci95": list(wilson(wins, n) or (0.0, 1.0)),  # no episodes: no information
         "mean_reward": mean,
@@ -80,6 +87,7 @@ def evaluate(
         cfg.tool_prompt,
         cfg.prefill_dtype,
         cfg.decode_dtype,
+        cfg.env_urls,
     )
     policy = policy or parse_policy(cfg.policy, settings)
     out = Path(cfg.out_dir)

@@ -25,6 +25,7 @@ Nothing of TRL is overridden. Outputs in ``output_dir``: ``adapter/`` (a standar
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -32,11 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trace_train import distributed
 from trace_train.config import GRPORunConfig, save_config
 from trace_train.rollout import (
     ChatFormat,
     EpisodeSpec,
     Rollout,
+    ServedEnvs,
     hf_generate,
     play_episodes,
     vllm_generate,
@@ -88,10 +91,14 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
     """TRL's ``rollout_func(prompts, trainer) -> dict``: play each group's task, return the
     hint-free prompt ids, the completion ids with ``env_mask`` and the verifier's reward."""
     fmt = ChatFormat(tokenizer)
+    served = ServedEnvs(cfg.env_urls) if cfg.env_urls else None  # else in process
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list]:
         keys = [p if isinstance(p, str) else p[-1]["content"] for p in prompts]
-        hints = assign_hints(keys, cfg.hints_per_group)
+        # Under several processes this process holds part of a group: hints by global position.
+        hints = distributed.global_hints(
+            trainer, keys, lambda every: assign_hints(every, cfg.hints_per_group)
+        )
         specs = [EpisodeSpec.from_key(k, hint=h) for k, h in zip(keys, hints, strict=True)]
         if getattr(trainer, "use_vllm", False):
             generate = vllm_generate(trainer)
@@ -119,8 +126,10 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
             agent_name="grpo",
             tool_prompt=cfg.tool_prompt,
             clock=stats.clock,
+            served=served,
         )
-        stats.add(rollouts)
+        mask_harness_faults(trainer, rollouts)
+        stats.add(gather_for_log(trainer, rollouts))
         logprobs = [r.logprobs for r in rollouts] if getattr(trainer, "use_vllm", False) else None
         return {
             "prompt_ids": [r.prompt_ids for r in rollouts],  # hint-free: the swap happens here
@@ -182,8 +191,9 @@ def load_policy_model(cfg: GRPORunConfig, out: Path) -> tuple[Any, Any, Any]:
     return model, tokenizer, lora
 
 
-def trl_config(cfg: GRPORunConfig, out: Path) -> Any:
-    """TRL's ``GRPOConfig`` for this run (one generation batch = one optimizer step)."""
+def trl_config(cfg: GRPORunConfig, out: Path, stop_ids: list[int] | None = None) -> Any:
+    """TRL's ``GRPOConfig`` for this run (one generation batch = one optimizer step);
+    ``stop_ids`` end a vLLM turn (:func:`trace_train.rollout.vllm_generate`)."""
     from trl import GRPOConfig
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -224,10 +234,40 @@ def trl_config(cfg: GRPORunConfig, out: Path) -> Any:
         save_total_limit=cfg.save_total_limit,
         report_to="none",
         disable_tqdm=False,
-        use_vllm=cfg.use_vllm,
-        vllm_mode=cfg.vllm_mode,
-        **({"vllm_server_base_url": cfg.vllm_server_base_url} if cfg.vllm_server_base_url else {}),
+        ddp_find_unused_parameters=False,  # several processes: every LoRA weight is used
+        **vllm_arguments(cfg, stop_ids),
     )
+
+
+def vllm_arguments(cfg: GRPORunConfig, stop_ids: list[int] | None = None) -> dict[str, Any]:
+    """``GRPOConfig``'s vLLM arguments (TRL 1.x names): mode, server URL or colocated memory
+    share and context, and the turn's stop tokens (vLLM's ``SamplingParams.stop_token_ids``)."""
+    if not cfg.use_vllm:
+        return {"use_vllm": False}
+    args: dict[str, Any] = {"use_vllm": True, "vllm_mode": cfg.vllm_mode}
+    if cfg.vllm_mode == "server" and cfg.vllm_server_base_url:
+        args["vllm_server_base_url"] = cfg.vllm_server_base_url
+    if cfg.vllm_mode == "colocate":
+        args["vllm_gpu_memory_utilization"] = cfg.vllm_gpu_memory_utilization
+        if cfg.vllm_max_model_length:
+            args["vllm_max_model_length"] = cfg.vllm_max_model_length
+    if stop_ids:
+        args["generation_kwargs"] = {"stop_token_ids": list(stop_ids)}
+    return args
+
+
+def check_vllm(cfg: GRPORunConfig) -> None:
+    """``use_vllm`` needs the ``vllm`` package (and a GPU): one clear error before the model
+    loads, instead of TRL's at trainer construction."""
+    import importlib.util
+
+    from trace_train.config import ConfigError
+
+    if cfg.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            "use_vllm: true needs the vllm package (pip install vllm, on a CUDA machine); "
+            "set use_vllm: false to generate with transformers"
+        )
 
 
 def micro_batch_size(cfg: GRPORunConfig) -> int:
@@ -246,6 +286,53 @@ def _has_accelerator() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+# ---------------------------------------------------------------------------------------------
+# Several processes (accelerate launch: TRL splits each group across them, see
+# trace_train.distributed) and served environments (harness faults masked)
+# ---------------------------------------------------------------------------------------------
+def mask_harness_faults(trainer: Any, rollouts: list[Rollout]) -> None:
+    """Take the episodes the harness failed (``Rollout.fault``: a served environment lost
+    mid-episode, an environment's internal error) out of the update: none of their tokens
+    carries loss, and their reward is the mean of their group's other rollouts, so they move
+    neither the group's baseline nor, with a zero advantage, the policy. TRL has no per-sample
+    mask, and a ``None`` reward would count as 0. The group may span processes: its rewards
+    are gathered first."""
+    groups: dict[str, list[float]] = {}
+    everyone = distributed.gather_to_all(
+        trainer, [(r.spec.key(), r.reward, r.fault is None) for r in rollouts]
+    )
+    for key, reward, healthy in everyone:
+        if healthy:
+            groups.setdefault(key, []).append(reward)
+    for r in rollouts:
+        if r.fault is None:
+            continue
+        healthy_rewards = groups.get(r.spec.key(), [])
+        r.reward = sum(healthy_rewards) / len(healthy_rewards) if healthy_rewards else 0.0
+        if not r.completion_ids:  # TRL reads a completion's last token
+            r.completion_ids = list(r.prompt_ids[-1:])
+            r.logprobs = [0.0] if r.logprobs is not None else None
+        r.env_mask = [0] * len(r.completion_ids)
+
+
+def gather_for_log(trainer: Any, rollouts: list[Rollout]) -> list[Rollout]:
+    """Every process's rollouts of this call, for the training log the main process writes:
+    light copies (token ids and episode logs stay with the process that played them)."""
+    if trainer.accelerator.num_processes == 1:
+        return rollouts
+    light = [
+        dataclasses.replace(
+            r,
+            completion_ids=[],
+            gen_prompt_ids=[],
+            logprobs=None,
+            record={"turns": r.record.get("turns", 0)},
+        )
+        for r in rollouts
+    ]
+    return distributed.gather_to_all(trainer, light)
 
 
 def held_out_eval(cfg: GRPORunConfig | Any, model: Any, tokenizer: Any, n: int) -> dict[str, Any]:
@@ -271,19 +358,23 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
 
     if cfg.env_id not in trace_gym.registered_ids():
         raise ValueError(f"unknown env id {cfg.env_id!r}; registered: {trace_gym.registered_ids()}")
+    check_vllm(cfg)
 
     # -- 1. run folder and resolved config ------------------------------------------------------
+    # Under several processes (accelerate launch) only the main one writes files.
+    main = distributed.is_main()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "config.yaml")
+    if main:
+        save_config(cfg, out / "config.yaml")
     log_path = out / LOG_NAME
     last = get_last_checkpoint(str(out / "checkpoints")) if (out / "checkpoints").is_dir() else None
     resume_from = last if (cfg.resume and last) else None
     resumed_step = int(Path(resume_from).name.split("-")[-1]) if resume_from else 0
     # Lines after the checkpoint belong to steps that will run again: drop them.
-    prior_rollouts = (
-        truncate_log(log_path, resumed_step) if resume_from else truncate_log(log_path, -1)
-    )
+    prior_rollouts = 0
+    if main:
+        prior_rollouts = truncate_log(log_path, resumed_step if resume_from else -1)
 
     # -- 2. base model, LoRA, tokenizer ---------------------------------------------------------
     model, tokenizer, lora = load_policy_model(cfg, out)
@@ -300,7 +391,7 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=verifier_reward,
-            args=trl_config(cfg, out),
+            args=trl_config(cfg, out, ChatFormat(tokenizer).stop_ids),
             train_dataset=dataset,
             processing_class=tokenizer,
             peft_config=lora,
@@ -310,7 +401,7 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
     time_backward(trainer, stats)
     step_bar_only(trainer)
     policy = trainer.model
-    if cfg.eval_episodes and not resume_from:
+    if cfg.eval_episodes and not resume_from and main:
         _log_line(
             log_path,
             {
@@ -328,16 +419,22 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
 
     # -- 7. save the adapter, the held-out result and the run metadata --------------------------
     adapter_dir = out / "adapter"
-    with quiet():
-        policy.save_pretrained(adapter_dir)
-        tokenizer.save_pretrained(adapter_dir)
-    steps_run = trainer.state.global_step - resumed_step
-    end = {"event": "train_end", "step": trainer.state.global_step, "seconds": round(seconds, 2)}
-    end["seconds_per_step"] = round(seconds / max(1, steps_run), 3)
-    if cfg.eval_episodes:
-        end.update(held_out_eval(cfg, policy, tokenizer, cfg.eval_episodes))
-    _log_line(log_path, end)
-    (adapter_dir / "trace_train.json").write_text(json.dumps(_metadata(cfg), indent=2) + "\n")
+    if main:
+        with quiet():
+            policy.save_pretrained(adapter_dir)
+            tokenizer.save_pretrained(adapter_dir)
+        steps_run = trainer.state.global_step - resumed_step
+        end = {
+            "event": "train_end",
+            "step": trainer.state.global_step,
+            "seconds": round(seconds, 2),
+        }
+        end["seconds_per_step"] = round(seconds / max(1, steps_run), 3)
+        if cfg.eval_episodes:
+            end.update(held_out_eval(cfg, policy, tokenizer, cfg.eval_episodes))
+        _log_line(log_path, end)
+        (adapter_dir / "trace_train.json").write_text(json.dumps(_metadata(cfg), indent=2) + "\n")
+    distributed.wait_for_everyone(trainer)  # no process returns before the adapter is written
     return GRPOResult(adapter_dir, log_path, trainer.state.global_step, policy)
 
 

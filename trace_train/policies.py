@@ -21,10 +21,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from trace_train.rollout import ChatFormat, EpisodeSpec, hf_generate, make_env, play_episodes
+from trace_train.rollout import (
+    ChatFormat,
+    EpisodeSpec,
+    ServedEnvs,
+    hf_generate,
+    make_env,
+    play_episodes,
+)
 
 SCRIPTED = ("oracle", "null", "random", "call_every_tool", "deficit", "spam")
 
@@ -46,6 +53,8 @@ class PlaySettings:
     tool_prompt: str = "hermes"
     prefill_dtype: str = "auto"
     decode_dtype: str = "auto"
+    env_urls: list[str] = field(default_factory=list)
+    """``trace-gym serve`` endpoints model policies play on (empty: in process)."""
 
 
 class ModelPolicy:
@@ -76,6 +85,7 @@ class ModelPolicy:
             reward_mode=settings.reward_mode,
             agent_name=self.name,
             tool_prompt=settings.tool_prompt,
+            served=ServedEnvs(settings.env_urls) if settings.env_urls else None,
         )
         return [r.record for r in rollouts]
 
@@ -153,15 +163,19 @@ def load_hf(path: str, adapter: str | None = None) -> tuple[Any, Any]:
     from trace_train.quiet import quiet
 
     path = resolve_model(path)
+    # On a GPU in bfloat16 (as GRPO trains there); on a CPU float32 decodes faster.
+    gpu = torch.cuda.is_available()
     with quiet():
         tokenizer = AutoTokenizer.from_pretrained(adapter if _has_tokenizer(adapter) else path)
         tokenizer.padding_side = "left"
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.bfloat16 if gpu else torch.float32
+        )
         if adapter:
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, adapter)
-    return model.eval(), tokenizer
+    return model.to("cuda" if gpu else "cpu").eval(), tokenizer
 
 
 def _has_tokenizer(folder: str | None) -> bool:

@@ -23,6 +23,13 @@ full JSON schema (trace_gym's rendering, what Qwen-style models are tuned on);
 the same ``<tool_call>`` convention, 3-4x fewer prompt tokens (service-desk: 5,142 -> ~1,500
 for SmolLM2), which is what makes small models trainable on a CPU.
 
+Environments are built in process (``gym.make``) or, given ``trace-gym serve`` endpoints
+(:class:`ServedEnvs`), opened as OpenEnv sessions on them, round-robin, with the same
+constructor arguments; the episode is the same either way. An episode whose environment fails
+the harness rather than the agent (an endpoint lost mid-episode, or an environment's own
+``internal_error`` / ``infra_error``) is a *harness fault* (``Rollout.fault``): training masks
+it and evaluation leaves it out of the rates, instead of scoring it 0.
+
 Generation (:func:`hf_generate`) keeps each sequence's KV cache between the turns of an episode
 and shares it between rollouts that start alike (a GRPO group plays one prompt), so a turn
 only encodes the environment's reply instead of the whole conversation again; the rows of a
@@ -53,6 +60,10 @@ Generate = Callable[[list[list[int]], int], list[tuple[list[int], list[float] | 
 _S, _U, _A, _X = "\x02SYS\x02", "\x02USR\x02", "\x02AST\x02", "\x02ENV\x02"
 MIN_TURN_TOKENS = 8
 """An episode whose remaining token budget is below this ends (the agent says nothing more)."""
+ENDPOINT_LOST = "endpoint_lost"
+"""``end_reason`` of an episode whose served environment stopped answering mid-episode."""
+HARNESS_FAULTS = ("internal_error", "infra_error", ENDPOINT_LOST)
+"""End reasons that are the harness's failure, not the agent's: masked, never scored 0."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,8 @@ class Rollout:
     reward: float = 0.0
     success: bool = False
     record: dict[str, Any] = field(default_factory=dict)
+    fault: str | None = None
+    """Why the harness failed this episode (:data:`HARNESS_FAULTS`), or ``None``."""
 
     @property
     def model_tokens(self) -> int:
@@ -181,6 +194,67 @@ def make_env(
     if max_turns is not None:
         kwargs["max_turns"] = max_turns
     return gym.make(env_id, disable_env_checker=True, **kwargs)
+
+
+class ServedEnvs:
+    """Environments from ``trace-gym serve`` endpoints, one OpenEnv session per episode.
+
+    ``urls`` may serve different environment ids (each server says which in ``/metadata``);
+    :meth:`open` takes the endpoints serving the episode's id in turn (round-robin). An
+    endpoint that does not answer is skipped, and tried again at the next episode (a restarted
+    server rejoins by itself); when none answers for ``reconnect_s`` seconds, one error names
+    them. The shared token comes from ``$TRACE_GYM_SERVE_TOKEN``. Needs ``openenv-core`` (the
+    ``serve`` extra)."""
+
+    def __init__(self, urls: Sequence[str], reconnect_s: float = 30.0) -> None:
+        self.urls = [u.rstrip("/") for u in urls]
+        self.reconnect_s = reconnect_s
+        self.serves: dict[str, str] = {}  # url -> env id, learnt from /metadata
+        self.turn = 0
+
+    def open(self, env_id: str, env_kwargs: dict[str, Any], seed: int, options: dict) -> Any:
+        """A reset session of ``env_id`` on the next endpoint that answers:
+        ``(env, (obs, info))``."""
+        import time
+
+        from trace_gym.serve import RemoteEnv, ServeError, server_metadata
+
+        deadline, errors = time.monotonic() + self.reconnect_s, {}
+        while True:
+            for url in self._rotation(env_id, server_metadata, errors):
+                try:
+                    env = RemoteEnv(url, env_kwargs=env_kwargs)
+                except ServeError as exc:
+                    errors[url] = str(exc)
+                    continue
+                try:
+                    return env, env.reset(seed=seed, options=options)
+                except ServeError as exc:
+                    errors[url] = str(exc)
+                    env.close()
+            if time.monotonic() > deadline:
+                raise ServeError(
+                    f"no endpoint serving {env_id} answered within {self.reconnect_s:.0f} s: "
+                    + "; ".join(f"{u}: {e}" for u, e in errors.items())
+                )
+            time.sleep(0.5)
+
+    def _rotation(self, env_id: str, metadata: Callable, errors: dict[str, str]) -> list[str]:
+        for url in self.urls:
+            if url not in self.serves:
+                try:
+                    self.serves[url] = metadata(url, timeout_s=5.0)["name"]
+                except Exception as exc:  # an endpoint down now is asked again next time
+                    errors[url] = str(exc)
+        mine = [u for u in self.urls if self.serves.get(u) == env_id]
+        if not mine and len(self.serves) == len(self.urls):
+            raise ValueError(
+                f"none of the endpoints serves {env_id}: "
+                + ", ".join(f"{u} serves {e}" for u, e in self.serves.items())
+            )
+        self.turn += 1
+        start = self.turn % len(mine) if mine else 0
+        return mine[start:] + mine[:start]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -376,18 +450,51 @@ def hf_generate(
 
 
 def vllm_generate(trainer: Any) -> Generate:
-    """A :data:`Generate` over TRL's vLLM backend (colocate or ``trl vllm-serve``). TRL has
-    already pushed the current LoRA weights to vLLM before calling the rollout function. The
-    turn limit is vLLM's ``max_completion_length``; longer turns are cut here."""
+    """A :data:`Generate` over TRL's vLLM backend (``trainer.vllm_generation``, colocate or
+    ``trl vllm-serve``). TRL has already pushed the current LoRA weights to vLLM before calling
+    the rollout function.
+
+    * Each call is one turn: vLLM is asked for at most ``max_new_tokens`` (TRL's per-call limit,
+      ``max_completion_length``, is set for the call and restored), and stops at the turn end
+      (``GRPOConfig.generation_kwargs["stop_token_ids"]``, set by ``trace_train.grpo``).
+    * Server mode under several processes: TRL gathers every process's prompts into one request
+      and hands each process back an equal slice, so every process must call it equally often
+      with equally many prompts. Processes then advance their episodes in lockstep
+      (:func:`play_episodes` asks ``keep_going`` once per turn) and pad their batch to the
+      largest; the padding rows' output is dropped.
+    """
+    backend = trainer.vllm_generation
+    lockstep = backend.mode == "server" and trainer.accelerator.num_processes > 1
 
     def generate(batch: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], list]]:
-        _, completions, logprobs, _ = trainer.vllm_generation.generate(batch, None, 1)
+        rows = list(batch)
+        if lockstep:
+            from accelerate.utils import gather_object
+
+            width = max(gather_object([len(rows)]))
+            rows += [rows[0] if rows else [trainer.processing_class.eos_token_id]] * (
+                width - len(rows)
+            )
+        limit = backend.max_completion_length
+        backend.max_completion_length = max_new_tokens
+        try:
+            _, completions, logprobs, _ = backend.generate(rows, None, 1)
+        finally:
+            backend.max_completion_length = limit
         out = []
-        for ids, lps in zip(completions, logprobs, strict=True):
+        for ids, lps in list(zip(completions, logprobs, strict=True))[: len(batch)]:
             flat = [lp[0] if isinstance(lp, list) else lp for lp in lps]
             out.append((list(ids)[:max_new_tokens], flat[:max_new_tokens]))
         return out
 
+    if lockstep:
+
+        def keep_going(local_active: bool) -> bool:
+            from accelerate.utils import gather_object
+
+            return any(gather_object([local_active]))
+
+        generate.keep_going = keep_going  # type: ignore[attr-defined]
     return generate
 
 
@@ -415,24 +522,34 @@ def play_episodes(
     agent_name: str = "model",
     tool_prompt: str = "hermes",
     clock: PhaseClock | None = None,
+    served: ServedEnvs | None = None,
 ) -> list[Rollout]:
     """Play ``specs`` side by side, one ``generate`` call per turn; return rollouts in the
     order of ``specs``. Time spent in the environments (reset, step, verification) goes to
-    ``clock`` as ``env``."""
+    ``clock`` as ``env``. With ``served``, the environments are sessions on its endpoints."""
     clock = clock if clock is not None else PhaseClock()
     with clock.time("env"):
         live = [
-            _start(s, fmt, max_turns, reward_mode, env_kwargs or {}, tool_prompt) for s in specs
+            _start(s, fmt, max_turns, reward_mode, env_kwargs or {}, tool_prompt, served)
+            for s in specs
         ]
-    while active := [x for x in live if not x.done]:
+    # A generator shared by several processes (vLLM server mode) runs until every process is
+    # done: it says so through ``keep_going``; any other one stops with the last live episode.
+    keep_going = getattr(generate, "keep_going", bool)
+    while keep_going(bool(active := [x for x in live if not x.done])):
         budgets = [max_completion_tokens - len(x.rollout.completion_ids) for x in active]
-        n_new = max(1, min(max_new_tokens, max(budgets)))
+        n_new = max(1, min(max_new_tokens, max(budgets, default=1)))
         outputs = generate(
             [x.rollout.gen_prompt_ids + x.rollout.completion_ids for x in active], n_new
         )
         with clock.time("env"):
             for x, (ids, lps), budget in zip(active, outputs, budgets, strict=True):
-                _advance(x, fmt, ids[: min(budget, max_new_tokens)], lps, budget, agent_name)
+                try:
+                    _advance(x, fmt, ids[: min(budget, max_new_tokens)], lps, budget, agent_name)
+                except Exception as exc:
+                    if not _lost_endpoint(x.env, exc):
+                        raise
+                    _harness_fault(x, agent_name, str(exc))
     for x in live:
         x.env.close()
     return [x.rollout for x in live]
@@ -445,16 +562,23 @@ def _start(
     reward_mode: str,
     env_kwargs: dict,
     tool_prompt: str = "hermes",
+    served: ServedEnvs | None = None,
 ) -> _Live:
-    env = make_env(
-        spec.env_id,
-        max_turns=max_turns,
-        reward_mode=reward_mode,
-        env_kwargs=env_kwargs,
-        tool_prompt=tool_prompt,
-    )
     options = {"difficulty": spec.difficulty, "split": spec.split, "hint": spec.hint}
-    _, info = env.reset(seed=spec.task_seed, options=options)
+    if served is None:
+        env = make_env(
+            spec.env_id,
+            max_turns=max_turns,
+            reward_mode=reward_mode,
+            env_kwargs=env_kwargs,
+            tool_prompt=tool_prompt,
+        )
+        _, info = env.reset(seed=spec.task_seed, options=options)
+    else:  # the same constructor arguments, on the server's side
+        kwargs = {"tool_prompt": tool_prompt, "reward_mode": reward_mode, **env_kwargs}
+        if max_turns is not None:
+            kwargs["max_turns"] = max_turns
+        env, (_, info) = served.open(spec.env_id, kwargs, spec.task_seed, options)
     opening = info["messages"][1]["content"]
     prompt = fmt.prompt_ids(info["system_prompt_no_hint"], opening)
     gen_prompt = fmt.prompt_ids(info["system_prompt"], opening) if spec.hint else prompt
@@ -490,6 +614,34 @@ def _advance(
     r.record = x.env.unwrapped.episode_record(agent=agent)
     r.reward = float(r.record["final_reward"])  # the verifier's score, whatever the reward mode
     r.success = bool(r.record["is_success"])
+    if r.record.get("end_reason") in HARNESS_FAULTS:
+        r.fault = r.record["end_reason"]
+
+
+def _lost_endpoint(env: Any, exc: Exception) -> bool:
+    """Whether ``exc`` is a served environment's session failing (not a bug of ours)."""
+    if not hasattr(env, "base_url"):
+        return False
+    from trace_gym.serve import ServeError
+
+    return isinstance(exc, ServeError)
+
+
+def _harness_fault(x: _Live, agent: str, reason: str) -> None:
+    """End an episode the harness failed: no verdict exists, so no reward is claimed for it;
+    the record says why, for the episode log."""
+    r, spec = x.rollout, x.rollout.spec
+    x.done = True
+    r.fault = ENDPOINT_LOST
+    r.reward, r.success = 0.0, False  # placeholders: a fault is masked, never scored
+    r.record = {
+        "format": "trace_gym.episode.v1",
+        "env_id": spec.env_id, "task_seed": spec.task_seed, "split": spec.split,
+        "difficulty": spec.difficulty, "agent": agent, "turns": 0, "messages": [],
+        "end_reason": ENDPOINT_LOST, "harness_error": reason, "final_reward": None,
+        "is_success": False,
+    }  # fmt: skip
+    x.env.close()
 
 
 def action_text(action: Any) -> str:

@@ -7,7 +7,8 @@ TRL's own metrics (loss, grad norm, learning rate), under namespaced keys (``rew
 went (``time/step_seconds`` and ``time/{prefill,decode,backward,env}_share``, shares of it;
 the rest is the loss's forward passes, the optimizer and bookkeeping) with the precision each
 generation phase ran in (``gen/prefill_dtype``, ``gen/decode_dtype``). Event lines
-(``eval_before``, ``train_end``) carry held-out results.
+(``eval_before``, ``train_end``) carry held-out results. Episodes the harness failed are
+counted (``env/harness_faults``) and left out of the reward and success means.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ class RolloutStats:
         timing = self.timing()
         if not rs:
             return {"rollouts/total": self.total, **timing}
+        played = rs
+        faults = sum(getattr(r, "fault", None) is not None for r in played)
+        rs = [r for r in played if getattr(r, "fault", None) is None] or played  # scored
         groups: dict[str, list[float]] = defaultdict(list)
         for r in rs:
             groups[r.spec.key()].append(r.reward)
@@ -77,7 +81,7 @@ class RolloutStats:
         plain = [r for r in rs if not r.spec.hint]
         hinted = [r for r in rs if r.spec.hint]
         return {
-            "rollouts/step": len(rs),
+            "rollouts/step": len(played),
             "rollouts/total": self.total,
             "reward/mean": _mean(r.reward for r in rs),
             "reward/mean_no_hint": _mean(r.reward for r in plain),
@@ -86,12 +90,13 @@ class RolloutStats:
             "env/success_no_hint": _mean(float(r.success) for r in plain),
             "env/success_hint": _mean(float(r.success) for r in hinted),
             "env/turns": _mean(r.record.get("turns", 0) for r in rs),
+            "env/harness_faults": faults,
             "env/difficulty": _mean(r.spec.difficulty for r in rs),
             "group/reward_variance": _mean(variances),
             "group/informative_share": _mean(float(v > 0) for v in variances),
-            "tokens/model": sum(r.model_tokens for r in rs),
-            "tokens/env": sum(r.env_tokens for r in rs),
-            "tokens/prompt": sum(len(r.prompt_ids) for r in rs),
+            "tokens/model": sum(r.model_tokens for r in played),
+            "tokens/env": sum(r.env_tokens for r in played),
+            "tokens/prompt": sum(len(r.prompt_ids) for r in played),
             **timing,
         }
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trace_train import distributed
 from trace_train.config import WarmstartConfig, save_config
 from trace_train.rollout import ChatFormat, EpisodeSpec, Generate, action_text, play_episodes
 from trace_train.runlog import RolloutStats, TrainingLog, time_backward, truncate_log
@@ -152,14 +153,17 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
     from trace_train.evaluate import evaluate_model
 
     # -- 1. run folder ---------------------------------------------------------------------------
+    # Under several processes (accelerate launch) only the main one writes files.
+    main = distributed.is_main()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "config.yaml")
     log_path = out / LOG_NAME
     ckpt_root = out / "checkpoints"
     last = get_last_checkpoint(str(ckpt_root)) if ckpt_root.is_dir() else None
     resume_from = last if (cfg.resume and last) else None
-    truncate_log(log_path, int(Path(last).name.split("-")[-1]) if resume_from else -1)
+    if main:
+        save_config(cfg, out / "config.yaml")
+        truncate_log(log_path, int(Path(last).name.split("-")[-1]) if resume_from else -1)
 
     # -- 2. base model and demonstrations --------------------------------------------------------
     path = resolve_model(cfg.model)
@@ -172,11 +176,12 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
     counts: dict[str, int] = {}
     dataset = Dataset.from_list(supervised_demonstrations(cfg, ChatFormat(tokenizer), counts))
     counts["used"] = len(dataset)
-    if counts["unfinished"] or counts["truncated"]:
+    if (counts["unfinished"] or counts["truncated"]) and main:
         print(f"[trace-train] warm start: {demonstration_shortfall(cfg, counts)}", file=sys.stderr)
 
     # -- 3. held-out success of the base model ---------------------------------------------------
-    before = evaluate_model(model, tokenizer, cfg, cfg.eval_episodes) if cfg.eval_episodes else {}
+    evaluating = bool(cfg.eval_episodes) and main
+    before = evaluate_model(model, tokenizer, cfg, cfg.eval_episodes) if evaluating else {}
     if before and not resume_from:
         _log(log_path, {"event": "eval_before", "step": 0, **before})
 
@@ -199,6 +204,7 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
         use_cpu=not torch.cuda.is_available(),
         activation_checkpointing=cfg.gradient_checkpointing,  # the old name warns
         padding_free=False,
+        ddp_find_unused_parameters=False,  # several processes: every LoRA weight is used
     )
     lora = LoraConfig(
         r=cfg.lora_rank,
@@ -227,15 +233,26 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
     # -- 5. save, and held-out success after -----------------------------------------------------
     policy = trainer.model
     adapter_dir = out / "adapter"
-    with quiet():
-        policy.save_pretrained(adapter_dir)
-        tokenizer.save_pretrained(adapter_dir)
-    after = evaluate_model(policy, tokenizer, cfg, cfg.eval_episodes) if cfg.eval_episodes else {}
-    end = {"event": "train_end", "step": trainer.state.global_step, "seconds": round(seconds, 2)}
-    demos = {f"demonstrations_{k}": v for k, v in counts.items() if k != "used"}
-    _log(log_path, {**end, "demonstrations": len(dataset), **demos, **after})
-    meta = {"env_id": cfg.env_id, "base_model": cfg.model, "trained_with": "trace-train warmstart"}
-    (adapter_dir / "trace_train.json").write_text(json.dumps(meta, indent=2) + "\n")
+    after: dict[str, Any] = {}
+    if main:
+        with quiet():
+            policy.save_pretrained(adapter_dir)
+            tokenizer.save_pretrained(adapter_dir)
+        after = evaluate_model(policy, tokenizer, cfg, cfg.eval_episodes) if evaluating else {}
+        end = {
+            "event": "train_end",
+            "step": trainer.state.global_step,
+            "seconds": round(seconds, 2),
+        }
+        demos = {f"demonstrations_{k}": v for k, v in counts.items() if k != "used"}
+        _log(log_path, {**end, "demonstrations": len(dataset), **demos, **after})
+        meta = {
+            "env_id": cfg.env_id,
+            "base_model": cfg.model,
+            "trained_with": "trace-train warmstart",
+        }
+        (adapter_dir / "trace_train.json").write_text(json.dumps(meta, indent=2) + "\n")
+    distributed.wait_for_everyone(trainer)  # no process returns before the adapter is written
     return WarmstartResult(adapter_dir, log_path, before, after, policy)
 
 

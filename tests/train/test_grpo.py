@@ -1,8 +1,7 @@
 """GRPO-LoRA on a multi-turn trace_gym environment with a tiny random model (offline).
 
-A random model never solves a task, so every reward would be 0 and GRPO would have no signal.
-The hinted rollouts therefore play the oracle's turns (the test's stand-in for "the hint
-helps"): rewards differ within each group, advantages are non-zero and the LoRA must move.
+Hinted rollouts play the oracle's turns (``tests/train/oracle_hints.py``), so rewards differ
+within each group, advantages are non-zero and the LoRA must move.
 """
 
 from __future__ import annotations
@@ -14,53 +13,14 @@ import torch
 from transformers import TrainerCallback
 
 from tests.train.envtiny import ENV_ID, build_env_tiny
+from tests.train.oracle_hints import HINT_MARKER, train_with_oracle_hints
 from trace_train import grpo
 from trace_train.config import GRPORunConfig
-from trace_train.rollout import action_text
-
-HINT_MARKER = "expert_guidance"
 
 
 @pytest.fixture(scope="module")
 def env_tiny(tmp_path_factory) -> str:
     return build_env_tiny(tmp_path_factory.getbasetemp())
-
-
-def oracle_on_hinted_rows(tokenizer_holder: dict):
-    """A stand-in for ``grpo.hf_generate``: sample as usual, but rows whose prompt carries the
-    hint get the oracle's turn for the task (all rows of a group share the task)."""
-    import gymnasium as gym
-
-    real = grpo.hf_generate
-    oracle_cache: dict[str, list[str]] = {}
-
-    def factory(model, tokenizer, stop_ids, **kw):
-        generate = real(model, tokenizer, stop_ids, **kw)
-        end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-
-        def wrapped(batch, max_new_tokens):
-            outs = generate(batch, max_new_tokens)
-            for i, prefix in enumerate(batch):
-                text = tokenizer.decode(prefix)
-                if HINT_MARKER not in text:
-                    continue
-                key = tokenizer_holder["key"]
-                if key not in oracle_cache:
-                    env = gym.make(ENV_ID, disable_env_checker=True)
-                    spec = grpo.EpisodeSpec.from_key(key)
-                    env.reset(seed=spec.task_seed, options={"difficulty": spec.difficulty})
-                    oracle_cache[key] = [action_text(a) for a in env.unwrapped.oracle_actions()]
-                # assistant headers so far, less the generation prompt's (a turn's tool
-                # responses may be one message or several, so end markers do not count turns)
-                turn = text.count("<|im_start|>assistant") - 1
-                plan = oracle_cache[key]
-                reply = plan[turn] if turn < len(plan) else "Done."
-                outs[i] = (tokenizer(reply, add_special_tokens=False)["input_ids"] + [end], None)
-            return outs
-
-        return wrapped
-
-    return factory
 
 
 class Recorder(TrainerCallback):
@@ -81,36 +41,6 @@ class Recorder(TrainerCallback):
             bucket.append(inputs[0].detach().clone())
 
         model.get_input_embeddings().register_forward_pre_hook(hook)
-
-
-def train_with_oracle_hints(cfg: GRPORunConfig, callbacks: list, loss_inputs: list | None = None):
-    """``grpo.train`` with the hinted rollouts playing the oracle (so rewards differ within a
-    group); ``loss_inputs``, when given, receives the tensors of every loss computation."""
-    from trl import GRPOTrainer
-
-    mp = pytest.MonkeyPatch()
-    holder: dict = {}
-    real_play = grpo.play_episodes
-    real_loss = GRPOTrainer._compute_loss
-
-    def play(generate, fmt, specs, **kw):
-        holder["key"] = specs[0].key()
-        return real_play(generate, fmt, specs, **kw)
-
-    def compute_loss(self, model, inputs):
-        if loss_inputs is not None:
-            loss_inputs.append(
-                {k: v.detach().clone() for k, v in inputs.items() if torch.is_tensor(v)}
-            )
-        return real_loss(self, model, inputs)
-
-    mp.setattr(grpo, "hf_generate", oracle_on_hinted_rows(holder))
-    mp.setattr(grpo, "play_episodes", play)
-    mp.setattr(GRPOTrainer, "_compute_loss", compute_loss)
-    try:
-        return grpo.train(cfg, callbacks=callbacks)
-    finally:
-        mp.undo()
 
 
 @pytest.fixture(scope="module")

@@ -249,6 +249,9 @@ EXPECTED: dict[str, tuple[Any, Check]] = {
     "llm_api_base": ("http://127.0.0.1:9/v1", lambda r, v, tmp: (
         every(r.get("diagnosis"), lambda d: d.llm.api_base == v)
         and every(r.get("completion"), lambda c: c[1] == v))),
+    "env_urls": (["http://127.0.0.1:9"], lambda r, v, tmp: (
+        every(r.get("grpo"), lambda g: g.env_urls == v)
+        and every(evals(r, "evaluate"), lambda e: e.env_urls == v))),  # model policies only
     "train": (False, lambda r, v, tmp: (
         r.get("diagnosis", "diagnose") and not r.get("grpo") and not r.get("warmstart")
         and not r.get("routed") and not evals(r, "evaluate"))),

@@ -55,7 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for warning in caught:
         print(f"trace: warning: {warning.message}", file=sys.stderr)
     report = run_pipeline(config, redo=args.redo)
-    print(f"\nreport: {report}")
+    if report is not None:  # None: a helper process of accelerate launch, done after training
+        print(f"\nreport: {report}")
     return 0
 
 

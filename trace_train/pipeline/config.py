@@ -233,6 +233,10 @@ class PipelineConfig:
     llm_api_base: str | None = None
     """Base URL of an OpenAI-compatible server for ``llm`` and ``synthesize.llm`` (e.g. a local
     vLLM or a stub)."""
+    env_urls: list[str] = field(default_factory=list)
+    """``trace-gym serve`` endpoints on which GRPO and the model policies' evaluations play
+    (round-robin among those serving each environment; every environment trained or evaluated
+    on must be served by one). Empty: in process. Token: ``$TRACE_GYM_SERVE_TOKEN``."""
     train: bool = True
     """Train, compose and evaluate; ``false`` stops after diagnosis and environment matching."""
     max_adapters: int = 2
@@ -301,7 +305,8 @@ class PipelineConfig:
         environment, folder, tool prompt, ``difficulty``), then this config's ``grpo:`` keys,
         then ``extra`` (the plain-GRPO baseline's summed steps)."""
         from_run = {"model": model, "env_id": env_id, "output_dir": str(out),
-                    "tool_prompt": self.tool_prompt, "difficulty": self.difficulty}  # fmt: skip
+                    "tool_prompt": self.tool_prompt, "difficulty": self.difficulty,
+                    "env_urls": list(self.env_urls)}  # fmt: skip
         return _resolve(GRPORunConfig, "grpo", self.preset, {**from_run, **self.grpo, **extra})
 
     def eval_config(self, policy: str, episodes: int, split: str, out: Path) -> EvalConfig:
@@ -320,6 +325,7 @@ class PipelineConfig:
             max_turns=self.generation.max_turns if is_model else None,
             max_new_tokens=self.generation.max_new_tokens,
             tool_prompt=self.tool_prompt,
+            env_urls=list(self.env_urls) if is_model else [],
         )
 
     def as_dict(self) -> dict[str, Any]:

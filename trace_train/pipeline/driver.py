@@ -4,6 +4,13 @@ A finished stage (``done`` in ``stages.json``) is skipped, so a rerun of the sam
 resumes where it stopped (GRPO from its last checkpoint, the diagnoser from its SQLite
 cache, evaluation policy by policy); ``redo`` runs a finished stage again with the ones after
 it. With ``train: false`` the training stages are skipped.
+
+Under ``accelerate launch --num_processes N`` every process runs this driver: the main process
+runs every stage as above, the stages that run TRL trainers (``Stage.all_processes``: the warm
+start and GRPO) with the others, which wait, reading ``stages.json``, while the main process
+runs the stages before them, and stop after the last of them. Waiting on the file rather than
+in a collective barrier keeps an hour of diagnosis from running into the process group's
+timeout.
 """
 
 from __future__ import annotations
@@ -13,13 +20,17 @@ from pathlib import Path
 
 import yaml
 
+from trace_train import distributed
 from trace_train.pipeline import stages
 from trace_train.pipeline.config import PipelineConfig, PipelineError
 from trace_train.pipeline.run_folder import Run
 
 
-def run_pipeline(config: PipelineConfig, say: stages.Say = print, redo: str | None = None) -> Path:
-    """Run (or resume) every stage; return the path of the final HTML report.
+def run_pipeline(
+    config: PipelineConfig, say: stages.Say = print, redo: str | None = None
+) -> Path | None:
+    """Run (or resume) every stage; return the path of the final HTML report (``None`` in the
+    helper processes of ``accelerate launch``, which stop after training).
 
     ``redo`` names a finished stage to run again, with every stage after it (e.g. ``evaluate``
     after raising ``evaluate.episodes``). Training resumes from its checkpoints, so a redone
@@ -30,6 +41,9 @@ def run_pipeline(config: PipelineConfig, say: stages.Say = print, redo: str | No
         raise PipelineError(f"--redo {redo!r}: not a stage; stages are {', '.join(names)}")
     if config.trajectories and config.train and not config.target:
         raise PipelineError("training needs a trace_gym target to evaluate on; set train: false")
+    if not distributed.is_main():
+        _help_train(config, table)
+        return None
     run = Run(config)
     saved = run.path("config.yaml")
     if saved.exists() and redo is None:
@@ -47,6 +61,7 @@ def run_pipeline(config: PipelineConfig, say: stages.Say = print, redo: str | No
                 summary.unlink()
         say(f"redo: {', '.join(again)}")
     saved.write_text(yaml.safe_dump(config.as_dict(), sort_keys=False))
+    distributed.barrier()  # helper processes read stages.json only after the redo is recorded
     stages.use_environments(run.environments)  # synthesised by an earlier, interrupted run
     for i, stage in enumerate(table, 1):
         if stage.trains and not config.train:
@@ -54,6 +69,8 @@ def run_pipeline(config: PipelineConfig, say: stages.Say = print, redo: str | No
         if run.done(stage.name):
             say(f"[{i}/{len(table)}] {stage.name}: done earlier, skipped")
             continue
+        if stage.all_processes:
+            distributed.barrier()  # the helper processes join this stage
         say(f"[{i}/{len(table)}] {stage.name} ...")
         run.mark(stage.name, "started")
         started = time.time()
@@ -64,3 +81,30 @@ def run_pipeline(config: PipelineConfig, say: stages.Say = print, redo: str | No
     for line in closing_summary(run):
         say(line)
     return Path(run.output("report")["html"])
+
+
+def _help_train(config: PipelineConfig, table: tuple[stages.Stage, ...]) -> None:
+    """A helper process of ``accelerate launch``: wait for the main process to finish each stage
+    it runs alone, run the stages every process runs, stop after the last of them."""
+    distributed.barrier()  # the main process has recorded a redo in stages.json
+    run = Run(config)
+    stages.use_environments(run.environments)
+    shared = [i for i, s in enumerate(table) if s.all_processes and (config.train or not s.trains)]
+    for stage in table[: max(shared, default=-1) + 1]:
+        if stage.trains and not config.train:
+            continue
+        if not stage.all_processes:
+            _wait_until_done(config, stage.name)
+            stages.use_environments(run.environments)  # synthesize may have written some
+            continue
+        if Run(config).done(stage.name):
+            continue
+        distributed.barrier()
+        stage.fn(Run(config), lambda _: None)  # the main process reports progress
+
+
+def _wait_until_done(config: PipelineConfig, stage: str, poll_s: float = 2.0) -> None:
+    """Until the main process records ``stage`` as done (``accelerate launch`` ends every
+    process if the main one fails, so this does not outlive it)."""
+    while not Run(config).done(stage):
+        time.sleep(poll_s)

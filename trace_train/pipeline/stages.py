@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from trace_train import distributed
 from trace_train.pipeline.config import PLAIN_GRPO, PipelineError
 from trace_train.pipeline.run_folder import Run, resolve_model
 
@@ -59,7 +60,9 @@ def stage_warmstart(run: Run, say: Say) -> dict[str, Any]:
     base = resolve_model(cfg.model)
     result = warmstart(cfg.warmstart_config(model=base, out=run.path("warmstart")))
     merged = run.path("base_model")
-    _merge_adapter(base, result.adapter_dir, merged)
+    if distributed.is_main():
+        _merge_adapter(base, result.adapter_dir, merged)
+    distributed.barrier()  # the merged base exists before any process trains on it
     say(f"warm start: adapter merged into {merged}")
     return {"adapter": str(result.adapter_dir), "base_model": str(merged)}
 
@@ -291,7 +294,9 @@ def stage_train(run: Run, say: Say) -> dict[str, Any]:
             continue
         out = run.path("train", item["capability"])
         grpo_cfg = run.config.grpo_config(run.base_model, item["env_id"], out)
-        if not _trained_as_configured(out, grpo_cfg):
+        trained = _trained_as_configured(out, grpo_cfg)
+        distributed.barrier()  # every process decided before the main one writes config.yaml
+        if not trained:
             say(f"train: GRPO on {item['env_id']} for {item['capability']} ({grpo_cfg.steps} steps)")  # fmt: skip
             grpo_train(grpo_cfg)
         adapters[item["capability"]] = {"adapter": str(out / "adapter"), "env_id": item["env_id"]}
@@ -312,7 +317,9 @@ def _train_plain_grpo(run: Run, say: Say, n_adapters: int) -> dict[str, Any]:
     rollouts = steps * grpo_cfg.groups_per_step * grpo_cfg.group_size
     record = {"adapter": str(out / "adapter"), "env_id": cfg.target, "steps": steps,
               "rollouts": rollouts}  # fmt: skip
-    if not _trained_as_configured(out, grpo_cfg):
+    trained = _trained_as_configured(out, grpo_cfg)
+    distributed.barrier()
+    if not trained:
         say(f"train: plain GRPO on the target {cfg.target} ({steps} steps, {rollouts} rollouts)")
         grpo_train(grpo_cfg)
     return record
@@ -325,11 +332,11 @@ def _trained_as_configured(out: Path, grpo_cfg: GRPORunConfig) -> bool:
     import dataclasses
 
     saved = out / "config.yaml"
-    return (
-        (out / "adapter" / "adapter_config.json").exists()
-        and saved.exists()
-        and yaml.safe_load(saved.read_text()) == dataclasses.asdict(grpo_cfg)
-    )
+    if not ((out / "adapter" / "adapter_config.json").exists() and saved.exists()):
+        return False
+    # Where the environments ran (in process or which servers) does not change the training.
+    same = {**dataclasses.asdict(grpo_cfg), "env_urls": None}
+    return {**(yaml.safe_load(saved.read_text()) or {}), "env_urls": None} == same
 
 
 # ---------------------------------------------------------------------------------------------
@@ -516,22 +523,25 @@ def stage_report(run: Run, say: Say) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Stage:
-    """One row of the stage table: its name (the key in ``stages.json``), what it runs, and
-    whether it belongs to training (skipped when the config sets ``train: false``)."""
+    """One row of the stage table: its name (the key in ``stages.json``), what it runs,
+    whether it belongs to training (skipped when the config sets ``train: false``), and whether
+    every process of ``accelerate launch`` runs it (the stages that run TRL trainers; the main
+    process alone runs the others)."""
 
     name: str
     fn: Callable[[Run, Say], dict[str, Any]]
     trains: bool = False
+    all_processes: bool = False
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("warmstart", stage_warmstart),
+    Stage("warmstart", stage_warmstart, all_processes=True),
     Stage("rollout-base", stage_rollout_base),
     Stage("diagnose", stage_diagnose),
     Stage("select", stage_select),
     Stage("map-envs", stage_map_envs),
     Stage("synthesize", stage_synthesize),
-    Stage("train", stage_train, trains=True),
+    Stage("train", stage_train, trains=True, all_processes=True),
     Stage("compose", stage_compose, trains=True),
     Stage("evaluate", stage_evaluate, trains=True),
     Stage("rediagnose", stage_rediagnose, trains=True),
