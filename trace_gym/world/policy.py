@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date, timedelta
 from functools import cache
 from typing import Any
 
@@ -311,8 +312,160 @@ def open_dispute_rule(table: str) -> Rule:
     return Rule("open_dispute", text, holds, lambda w, k: [(table, k)], plant)
 
 
+CHARGEBACK_LIMIT = 2
+BALANCE_FIELD = "balance_due"
+SUPPORTED_COUNTRIES = ("US", "CA", "GB")
+OTHER_COUNTRIES = ("DE", "FR", "MX", "AU", "BR")
+DISCOUNT_LIMIT = 50
+
+
+def profile_flag_rule(table: str, code: str, flag: str, harmless: bool, text: str) -> Rule:
+    """A rule that holds while the customer's profile shows ``flag`` at its harmless value."""
+
+    def holds(world: World, key: str) -> bool:
+        return bool(_customer_of(world, table, key).get(flag, harmless)) == harmless
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        _customer_of(world, table, key)[flag] = harmless if ok else not harmless
+
+    return Rule(code, text, holds, _customer_records(table), plant)
+
+
+def chargeback_rule(table: str) -> Rule:
+    text = (
+        f"A customer with {CHARGEBACK_LIMIT} or more chargebacks in the last 12 months "
+        "(chargebacks_last_year) cannot get a refund."
+    )
+
+    def holds(world: World, key: str) -> bool:
+        return _customer_of(world, table, key).get("chargebacks_last_year", 0) < CHARGEBACK_LIMIT
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        if near:
+            count = CHARGEBACK_LIMIT - 1 if ok else CHARGEBACK_LIMIT
+        else:
+            count = 0 if ok else rng.integer(CHARGEBACK_LIMIT + 1, 5)
+        _customer_of(world, table, key)["chargebacks_last_year"] = count
+
+    return Rule("chargeback_limit", text, holds, _customer_records(table), plant, True)
+
+
+def balance_due_rule(table: str) -> Rule:
+    text = f"A customer with an unpaid balance ({BALANCE_FIELD} above 0.00) cannot get a refund."
+
+    def holds(world: World, key: str) -> bool:
+        return _customer_of(world, table, key).get(BALANCE_FIELD, 0.0) <= 0.0
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        owed = 0.01 if near else money(rng.integer(5, 300) + rng.integer(0, 99) / 100)
+        _customer_of(world, table, key)[BALANCE_FIELD] = 0.0 if ok else owed
+
+    return Rule("balance_due", text, holds, _customer_records(table), plant, has_near_miss=True)
+
+
+def country_rule(table: str) -> Rule:
+    names = ", ".join(SUPPORTED_COUNTRIES[:-1]) + f" or {SUPPORTED_COUNTRIES[-1]}"
+    text = f"Refunds are available only to accounts registered in {names} (country)."
+
+    def holds(world: World, key: str) -> bool:
+        return _customer_of(world, table, key).get("country", "US") in SUPPORTED_COUNTRIES
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        countries = SUPPORTED_COUNTRIES if ok else OTHER_COUNTRIES
+        _customer_of(world, table, key)["country"] = rng.choice(countries)
+
+    return Rule("supported_country", text, holds, _customer_records(table), plant)
+
+
+def discount_rule(table: str) -> Rule:
+    text = (
+        f"{_noun(table)} bought with a discount of {DISCOUNT_LIMIT} % or more (discount_percent) "
+        "cannot be refunded."
+    )
+
+    def holds(world: World, key: str) -> bool:
+        return _target(world, table, key).get("discount_percent", 0) < DISCOUNT_LIMIT
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        if near:
+            percent = DISCOUNT_LIMIT - 1 if ok else DISCOUNT_LIMIT
+        else:
+            percent = rng.integer(0, DISCOUNT_LIMIT - 20) if ok else rng.integer(55, 90)
+        _target(world, table, key)["discount_percent"] = percent
+
+    return Rule("discount_limit", text, holds, lambda w, k: [(table, k)], plant, has_near_miss=True)
+
+
+FAILED_LOGIN_LIMIT = 5
+MINIMUM_AGE_YEARS = 18
+
+
+def record_flag_rule(table: str, code: str, flag: str, text: str) -> Rule:
+    """A rule that holds while the request's own record does not show ``flag``."""
+
+    def holds(world: World, key: str) -> bool:
+        return not _target(world, table, key).get(flag, False)
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        _target(world, table, key)[flag] = not ok
+
+    return Rule(code, text, holds, lambda w, k: [(table, k)], plant)
+
+
+def failed_logins_rule(table: str) -> Rule:
+    text = (
+        f"No request can be granted while the account shows {FAILED_LOGIN_LIMIT} or more "
+        "failed sign-ins today (failed_logins_today)."
+    )
+
+    def holds(world: World, key: str) -> bool:
+        return _customer_of(world, table, key).get("failed_logins_today", 0) < FAILED_LOGIN_LIMIT
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        if near:
+            count = FAILED_LOGIN_LIMIT - 1 if ok else FAILED_LOGIN_LIMIT
+        else:
+            count = rng.integer(0, 2) if ok else rng.integer(FAILED_LOGIN_LIMIT + 1, 12)
+        _customer_of(world, table, key)["failed_logins_today"] = count
+
+    return Rule("failed_logins", text, holds, _customer_records(table), plant, True)
+
+
+def _adult_since(world: World) -> date:
+    """The latest date of birth of someone who is :data:`MINIMUM_AGE_YEARS` today."""
+    today = parse_day(world.now)
+    day = 28 if (today.month, today.day) == (2, 29) else today.day  # no 29 Feb that year
+    return today.replace(year=today.year - MINIMUM_AGE_YEARS, day=day)
+
+
+def minimum_age_rule(table: str) -> Rule:
+    text = (
+        f"Refunds need an account holder aged at least {MINIMUM_AGE_YEARS} today (date_of_birth)."
+    )
+
+    def holds(world: World, key: str) -> bool:
+        born = _customer_of(world, table, key).get("date_of_birth")
+        return born is None or date.fromisoformat(born) <= _adult_since(world)
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        limit = _adult_since(world)
+        if near:  # the 18th birthday is today (allowed) or tomorrow (not yet)
+            born = limit if ok else limit + timedelta(days=1)
+        elif ok:
+            born = limit - timedelta(days=rng.integer(30, 20000))
+        else:
+            born = limit + timedelta(days=rng.integer(30, 1800))
+        _customer_of(world, table, key)["date_of_birth"] = born.isoformat()
+
+    return Rule("minimum_age", text, holds, _customer_records(table), plant, has_near_miss=True)
+
+
 def account_rules(table: str) -> list[Rule]:
-    """Rules every request kind has: the customer's account and the record's dispute state."""
+    """Rules every request kind has: the customer's account and the request's own record
+    (dispute, discount, partner sale, price adjustment). They are many so that the rules in
+    force are many: a refusal must name the violated one, and a blind refusal citing the rule
+    at a fixed place in the listed policy is right on one refused task in as many as are
+    listed."""
     return [
         payment_active_rule(table),
         account_hold_rule(table),
@@ -320,7 +473,59 @@ def account_rules(table: str) -> list[Rule]:
         refund_limit_rule(table),
         account_age_rule(table),
         open_dispute_rule(table),
+        profile_flag_rule(
+            table,
+            "fraud_review",
+            "fraud_review",
+            False,
+            "No request can be granted while the account is under fraud review (fraud_review).",
+        ),
+        profile_flag_rule(
+            table,
+            "email_verified",
+            "email_verified",
+            True,
+            "Refunds need a confirmed email address: the profile must show email_verified.",
+        ),
+        chargeback_rule(table),
+        balance_due_rule(table),
+        country_rule(table),
+        discount_rule(table),
+        profile_flag_rule(
+            table,
+            "address_verified",
+            "address_verified",
+            True,
+            "Refunds need a verified billing address: the profile must show address_verified.",
+        ),
+        profile_flag_rule(
+            table,
+            "terms_accepted",
+            "terms_accepted",
+            True,
+            "The customer must have accepted the current terms of service (terms_accepted).",
+        ),
+        failed_logins_rule(table),
+        minimum_age_rule(table),
+        record_flag_rule(
+            table,
+            "partner_sale",
+            "sold_by_partner",
+            f"{_noun(table)} bought through a partner (sold_by_partner) are refunded by the "
+            "partner, not by us.",
+        ),
+        record_flag_rule(
+            table,
+            "price_adjusted",
+            "price_adjusted",
+            f"{_noun(table)} that already received a price adjustment (price_adjusted) cannot "
+            "also be refunded.",
+        ),
     ]
+
+
+def _noun(table: str) -> str:
+    return "Orders" if table == "orders" else "Reservations"
 
 
 def prepare_request_records(world: World, table: str, key: str, rng: StableRNG) -> None:
@@ -333,6 +538,9 @@ def prepare_request_records(world: World, table: str, key: str, rng: StableRNG) 
     target = _target(world, table, key)
     customer = world.tables["customers"][target["customer_id"]]
     target.setdefault("dispute_open", False)
+    target.setdefault("discount_percent", 0)
+    target.setdefault("sold_by_partner", False)
+    target.setdefault("price_adjusted", False)
     if "refund_method_id" not in customer:
         for _ in range(rng.integer(1, 2)):
             new_payment_method(rng, world, customer, rng.choice(("credit_card", "gift_card")))
@@ -344,6 +552,16 @@ def prepare_request_records(world: World, table: str, key: str, rng: StableRNG) 
         customer["account_hold"] = False
         customer["identity_verified"] = True
         customer["refunds_last_30_days"] = rng.integer(0, REFUND_LIMIT - 1)
+        customer["fraud_review"] = False
+        customer["email_verified"] = True
+        customer["chargebacks_last_year"] = 0
+        customer[BALANCE_FIELD] = 0.0
+        customer["country"] = rng.choice(SUPPORTED_COUNTRIES)
+        customer["address_verified"] = True
+        customer["terms_accepted"] = True
+        customer["failed_logins_today"] = 0
+        born = _adult_since(world) - timedelta(days=rng.integer(30, 20000))
+        customer["date_of_birth"] = born.isoformat()
 
 
 # -- reservation rules ----------------------------------------------------------------------
