@@ -3,8 +3,12 @@
 Writes ``episodes.jsonl`` (one ``trace_gym.episode.v1`` record per episode, which
 ``trace_diagnose`` ingests and ``trace-gym score`` replays) and ``summary.json``: per
 environment the success rate with a Wilson 95% interval, the mean reward with a normal 95%
-interval, and per-capability results from the verifier's ``required_capabilities`` /
-``lacking_capabilities`` (the composite benchmark reports several capabilities per task).
+interval, per-capability results from the verifier's ``required_capabilities`` /
+``lacking_capabilities`` (the composite benchmark reports several capabilities per task), and,
+where the environment declares the decision its verifier judges (grant / refuse, ask / act /
+decline), success per decision class with a Wilson interval and the balanced accuracy (the
+mean of the per-class rates), which a policy that never makes the decision cannot raise
+(:mod:`trace_gym.decisions`; a composite's requests count per ``<member>:<class>``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ from trace_train.rollout import EpisodeSpec
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Success rate, mean reward (with 95% intervals) and per-capability results."""
+    """Success rate, mean reward (with 95% intervals), per-capability results, and success per
+    decision class with the balanced accuracy (empty / None without declared decisions)."""
+    from trace_gym.decisions import records_breakdown
+
     n = len(records)
     rewards = [float(r["final_reward"]) for r in records]
     wins = sum(bool(r["is_success"]) for r in records)
@@ -36,6 +43,11 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         for cap in required:
             caps[cap]["n"] += 1
             caps[cap]["lacking"] += cap in lacking
+    breakdown = records_breakdown(records)
+    decisions = {
+        d: {**v, "success_ci95": list(wilson(v["successes"], v["n"]) or (0.0, 1.0))}
+        for d, v in breakdown["per_decision"].items()
+    }
     return {
         "episodes": n,
         "success_rate": wins / n if n else 0.0,
@@ -46,6 +58,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "capabilities": {
             cap: {**v, "success_rate": 1 - v["lacking"] / v["n"]} for cap, v in sorted(caps.items())
         },
+        "decisions": decisions,
+        "balanced_accuracy": breakdown["balanced_accuracy"],
     }
 
 
@@ -141,4 +155,6 @@ def evaluate_model(
         "heldout/success": s["success_rate"],
         "heldout/success_ci95": s["success_ci95"],
         "heldout/reward": s["mean_reward"],
+        **({"heldout/balanced_accuracy": s["balanced_accuracy"]} if s["decisions"] else {}),
+        **{f"heldout/success/{d}": v["success_rate"] for d, v in s["decisions"].items()},
     }
