@@ -136,6 +136,10 @@ def test_report_compares_every_policy_with_intervals(finished_run):
     assert [line.split()[0] for line in versus_plain[1:]] == names[1:2] + names[3:]
     html = finished_run["report"].read_text()
     assert "success vs base" in html and "success vs plain GRPO, equal rollouts" in html
+    # the service desk's requests by decision class: a table exactly when any was drawn
+    decided = report["decision_table"]["rows"]
+    assert ("Success per decision" in html) == bool(decided)
+    assert len(report["decision_table"]["balanced"]) == len(names)
     assert (
         "<svg" in html
         and "<script" not in html
@@ -242,6 +246,15 @@ def test_targeted_vs_plain_benchmark_records_equal_budgets_and_paired_comparison
     assert record["selected_capabilities"] and record["wall_seconds"] > 0
     for arm in (*record["adapters"], record["plain_grpo"]):
         assert 0 <= arm["informative_groups"] <= arm["groups"] == arm["steps"]  # one group a step
+    # success per decision class of the service desk's requests, as the run report has it
+    report = json.loads((finished_run["dir"] / "report.json").read_text())
+    for row in report["policies"]:
+        mine = by_name[row["name"]]
+        assert mine["balanced_accuracy"] == row["balanced_accuracy"]
+        assert {d: v["n"] for d, v in mine["per_decision"].items()} == {
+            d: v["n"] for d, v in row["decisions"].items()
+        }
+        assert all(":" in d for d in mine["per_decision"])  # <member>:<class>
     bench.plot(record, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 1000
 
