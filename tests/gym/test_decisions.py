@@ -9,6 +9,7 @@ write on a task that needed a refusal, shares declared wrongly, a class left und
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter
 
 import gymnasium as gym
@@ -222,3 +223,30 @@ def test_blind_plans_take_the_decision_they_name() -> None:
     }
     with pytest.raises(ValueError, match="unknown decision 'maybe'"):
         precondition.decision_plan(task, "maybe")
+
+
+def test_the_held_out_benchmark_reads_each_class_from_the_oracle_too(tmp_path) -> None:
+    """benchmarks/decision_balance.py at its smallest size on one environment: every class
+    maps to one thing the oracle's plan does, and no blind policy wins half."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "decision_balance.py"
+    spec = importlib.util.spec_from_file_location("decision_balance", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "balance.json"
+    argv = ["--seeds", "200", "--envs", "trace/clarify-v0", "--json", str(out),
+            "--markdown", str(tmp_path / "balance.md")]  # fmt: skip
+    result = bench.main(argv)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    assert result["agreement"]["trace/clarify-v0"].keys() == {"ask", "act", "decline"}
+    assert {d: set(a) for d, a in result["agreement"]["trace/clarify-v0"].items()} == {
+        "ask": {"ask, write"},
+        "act": {"write"},
+        "decline": {"control:report_unable"},
+    }
+    assert result["within_bound"] and len(result["rows"]) == 9
+    assert "| clarify-v0 | ask | 0.5 |" in (tmp_path / "balance.md").read_text()
+    with pytest.raises(SystemExit):
+        bench.main(["--seeds", "50", "--envs", "trace/clarify-v0"])
