@@ -260,23 +260,36 @@ def identity_rule(table: str) -> Rule:
     return Rule("identity_verified", text, holds, _customer_records(table), plant)
 
 
+def count_limit_rule(
+    table: str, code: str, field: str, limit: int, text: str, calm_most: int, most: int
+) -> Rule:
+    """A rule that holds while the customer's count ``field`` stays under ``limit``; planted
+    right at it (``limit - 1`` / ``limit``) as a near miss, else in ``0..calm_most`` when it
+    holds and ``limit + 1..most`` when it fails."""
+
+    def holds(world: World, key: str) -> bool:
+        return _customer_of(world, table, key).get(field, 0) < limit
+
+    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
+        if near:
+            count = limit - 1 if ok else limit
+        elif ok:
+            count = rng.integer(0, calm_most) if calm_most else 0
+        else:
+            count = rng.integer(limit + 1, most)
+        _customer_of(world, table, key)[field] = count
+
+    return Rule(code, text, holds, _customer_records(table), plant, has_near_miss=True)
+
+
 def refund_limit_rule(table: str) -> Rule:
     text = (
         f"A customer with {REFUND_LIMIT} or more refunds in the last 30 days "
         "(refunds_last_30_days) cannot get another refund."
     )
-
-    def holds(world: World, key: str) -> bool:
-        return _customer_of(world, table, key).get("refunds_last_30_days", 0) < REFUND_LIMIT
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        if near:
-            count = REFUND_LIMIT - 1 if ok else REFUND_LIMIT
-        else:
-            count = rng.integer(0, REFUND_LIMIT - 2) if ok else rng.integer(REFUND_LIMIT + 1, 7)
-        _customer_of(world, table, key)["refunds_last_30_days"] = count
-
-    return Rule("refund_limit", text, holds, _customer_records(table), plant, has_near_miss=True)
+    return count_limit_rule(
+        table, "refund_limit", "refunds_last_30_days", REFUND_LIMIT, text, REFUND_LIMIT - 2, 7
+    )
 
 
 def account_age_rule(table: str) -> Rule:
@@ -336,18 +349,9 @@ def chargeback_rule(table: str) -> Rule:
         f"A customer with {CHARGEBACK_LIMIT} or more chargebacks in the last 12 months "
         "(chargebacks_last_year) cannot get a refund."
     )
-
-    def holds(world: World, key: str) -> bool:
-        return _customer_of(world, table, key).get("chargebacks_last_year", 0) < CHARGEBACK_LIMIT
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        if near:
-            count = CHARGEBACK_LIMIT - 1 if ok else CHARGEBACK_LIMIT
-        else:
-            count = 0 if ok else rng.integer(CHARGEBACK_LIMIT + 1, 5)
-        _customer_of(world, table, key)["chargebacks_last_year"] = count
-
-    return Rule("chargeback_limit", text, holds, _customer_records(table), plant, True)
+    return count_limit_rule(
+        table, "chargeback_limit", "chargebacks_last_year", CHARGEBACK_LIMIT, text, 0, 5
+    )
 
 
 def balance_due_rule(table: str) -> Rule:
@@ -417,18 +421,9 @@ def failed_logins_rule(table: str) -> Rule:
         f"No request can be granted while the account shows {FAILED_LOGIN_LIMIT} or more "
         "failed sign-ins today (failed_logins_today)."
     )
-
-    def holds(world: World, key: str) -> bool:
-        return _customer_of(world, table, key).get("failed_logins_today", 0) < FAILED_LOGIN_LIMIT
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        if near:
-            count = FAILED_LOGIN_LIMIT - 1 if ok else FAILED_LOGIN_LIMIT
-        else:
-            count = rng.integer(0, 2) if ok else rng.integer(FAILED_LOGIN_LIMIT + 1, 12)
-        _customer_of(world, table, key)["failed_logins_today"] = count
-
-    return Rule("failed_logins", text, holds, _customer_records(table), plant, True)
+    return count_limit_rule(
+        table, "failed_logins", "failed_logins_today", FAILED_LOGIN_LIMIT, text, 2, 12
+    )
 
 
 def _adult_since(world: World) -> date:
