@@ -558,8 +558,8 @@ def decision_balance_line(rows: list[dict[str, Any]]) -> str:
             if r["difficulty"] == difficulty
         ]
         parts.append(f"d={difficulty:g}: " + ", ".join(cells))
-    n = rows[0].get("n", 0) if rows else 0
-    return f"share (decision-blind success over {n} seeds) " + "; ".join(parts)
+    n, share_n = (rows[0].get("n", 0), rows[0]["share_n"]) if rows else (0, 0)
+    return f"share of {share_n} tasks (decision-blind success over {n}) " + "; ".join(parts)
 
 
 class _Unavailable(Exception):
