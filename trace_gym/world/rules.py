@@ -102,16 +102,14 @@ def final_sale_rule() -> Rule:
         if not ok:  # near miss: the final-sale item is not the first one listed
             items[-1 if near else 0]["final_sale"] = True
 
-    text = "Items marked final_sale cannot be returned."
+    text = "No item is marked final_sale."
     return Rule("final_sale", text, holds, lambda w, k: [("orders", k)], plant, True)
 
 
 # -- membership rules (decided by a second record: the customer) -----------------------------
 def value_membership_rule(table: str, threshold: float, verb: str) -> Rule:
-    noun = "Orders" if table == "orders" else "Reservations"
-    text = (
-        f"{noun} with a total above ${threshold:.2f} can be {verb} only by silver or gold members."
-    )
+    what = "total" if table == "orders" else "price"
+    text = f"A {what} above ${threshold:.2f} needs a silver or gold member."
     amount_field = "total" if table == "orders" else "price"
 
     def holds(world: World, key: str) -> bool:
@@ -149,7 +147,7 @@ def _set_amount(record: dict[str, Any], amount_field: str, amount: float) -> Non
 
 
 def group_membership_rule() -> Rule:
-    text = "Reservations for more than 4 passengers can be cancelled only by gold members."
+    text = "More than 4 passengers need a gold member."
 
     def holds(world: World, key: str) -> bool:
         res = _target(world, "reservations", key)
@@ -184,10 +182,7 @@ def refund_method_id(world: World, table: str, key: str) -> str:
 
 
 def payment_active_rule(table: str) -> Rule:
-    text = (
-        "Refunds go to the refund method named in the customer's profile, so a request can be "
-        "granted only if that payment method is active."
-    )
+    text = "The refund method the profile names (refund_method_id) is active."
 
     def holds(world: World, key: str) -> bool:
         pm = refund_method_id(world, table, key)
@@ -214,7 +209,7 @@ def _customer_records(table: str) -> Callable[[World, str], list[Record]]:
 
 
 def account_hold_rule(table: str) -> Rule:
-    text = "No request can be granted while the customer's account is on hold (account_hold)."
+    text = "The account is not on hold (account_hold)."
 
     def holds(world: World, key: str) -> bool:
         return not _customer_of(world, table, key).get("account_hold", False)
@@ -230,7 +225,7 @@ ACCOUNT_AGE_DAYS = 30
 
 
 def identity_rule(table: str) -> Rule:
-    text = "Refunds need a verified identity: the profile must show identity_verified."
+    text = "The profile shows identity_verified."
 
     def holds(world: World, key: str) -> bool:
         return bool(_customer_of(world, table, key).get("identity_verified", True))
@@ -264,20 +259,14 @@ def count_limit_rule(
 
 
 def refund_limit_rule(table: str) -> Rule:
-    text = (
-        f"A customer with {REFUND_LIMIT} or more refunds in the last 30 days "
-        "(refunds_last_30_days) cannot get another refund."
-    )
+    text = f"Fewer than {REFUND_LIMIT} refunds in the last 30 days (refunds_last_30_days)."
     return count_limit_rule(
         table, "refund_limit", "refunds_last_30_days", REFUND_LIMIT, text, REFUND_LIMIT - 2, 7
     )
 
 
 def account_age_rule(table: str) -> Rule:
-    text = (
-        f"Refunds are available only to accounts opened at least {ACCOUNT_AGE_DAYS} days ago "
-        "(member_since)."
-    )
+    text = f"The account was opened at least {ACCOUNT_AGE_DAYS} days ago (member_since)."
 
     def holds(world: World, key: str) -> bool:
         since = _customer_of(world, table, key)["member_since"]
@@ -294,8 +283,7 @@ def account_age_rule(table: str) -> Rule:
 
 
 def open_dispute_rule(table: str) -> Rule:
-    noun = "an order" if table == "orders" else "a reservation"
-    text = f"A request about {noun} with an open payment dispute (dispute_open) cannot be granted."
+    text = f"No payment dispute is open on the {_noun(table)} (dispute_open)."
 
     def holds(world: World, key: str) -> bool:
         return not _target(world, table, key).get("dispute_open", False)
@@ -327,8 +315,7 @@ def profile_flag_rule(table: str, code: str, flag: str, harmless: bool, text: st
 
 def chargeback_rule(table: str) -> Rule:
     text = (
-        f"A customer with {CHARGEBACK_LIMIT} or more chargebacks in the last 12 months "
-        "(chargebacks_last_year) cannot get a refund."
+        f"Fewer than {CHARGEBACK_LIMIT} chargebacks in the last 12 months (chargebacks_last_year)."
     )
     return count_limit_rule(
         table, "chargeback_limit", "chargebacks_last_year", CHARGEBACK_LIMIT, text, 0, 5
@@ -336,7 +323,7 @@ def chargeback_rule(table: str) -> Rule:
 
 
 def balance_due_rule(table: str) -> Rule:
-    text = f"A customer with an unpaid balance ({BALANCE_FIELD} above 0.00) cannot get a refund."
+    text = f"No unpaid balance ({BALANCE_FIELD} is 0.00)."
 
     def holds(world: World, key: str) -> bool:
         return _customer_of(world, table, key).get(BALANCE_FIELD, 0.0) <= 0.0
@@ -350,7 +337,7 @@ def balance_due_rule(table: str) -> Rule:
 
 def country_rule(table: str) -> Rule:
     names = ", ".join(SUPPORTED_COUNTRIES[:-1]) + f" or {SUPPORTED_COUNTRIES[-1]}"
-    text = f"Refunds are available only to accounts registered in {names} (country)."
+    text = f"The account is registered in {names} (country)."
 
     def holds(world: World, key: str) -> bool:
         return _customer_of(world, table, key).get("country", "US") in SUPPORTED_COUNTRIES
@@ -364,8 +351,7 @@ def country_rule(table: str) -> Rule:
 
 def discount_rule(table: str) -> Rule:
     text = (
-        f"{_noun(table)} bought with a discount of {DISCOUNT_LIMIT} % or more (discount_percent) "
-        "cannot be refunded."
+        f"The {_noun(table)} was bought at a discount under {DISCOUNT_LIMIT} % (discount_percent)."
     )
 
     def holds(world: World, key: str) -> bool:
@@ -398,10 +384,7 @@ def record_flag_rule(table: str, code: str, flag: str, text: str) -> Rule:
 
 
 def failed_logins_rule(table: str) -> Rule:
-    text = (
-        f"No request can be granted while the account shows {FAILED_LOGIN_LIMIT} or more "
-        "failed sign-ins today (failed_logins_today)."
-    )
+    text = f"Fewer than {FAILED_LOGIN_LIMIT} failed sign-ins today (failed_logins_today)."
     return count_limit_rule(
         table, "failed_logins", "failed_logins_today", FAILED_LOGIN_LIMIT, text, 2, 12
     )
@@ -415,9 +398,7 @@ def _adult_since(world: World) -> date:
 
 
 def minimum_age_rule(table: str) -> Rule:
-    text = (
-        f"Refunds need an account holder aged at least {MINIMUM_AGE_YEARS} today (date_of_birth)."
-    )
+    text = f"The account holder is {MINIMUM_AGE_YEARS} or older today (date_of_birth)."
 
     def holds(world: World, key: str) -> bool:
         born = _customer_of(world, table, key).get("date_of_birth")
@@ -454,14 +435,14 @@ def account_rules(table: str) -> list[Rule]:
             "fraud_review",
             "fraud_review",
             False,
-            "No request can be granted while the account is under fraud review (fraud_review).",
+            "The account is not under fraud review (fraud_review).",
         ),
         profile_flag_rule(
             table,
             "email_verified",
             "email_verified",
             True,
-            "Refunds need a confirmed email address: the profile must show email_verified.",
+            "The profile shows email_verified.",
         ),
         chargeback_rule(table),
         balance_due_rule(table),
@@ -472,14 +453,14 @@ def account_rules(table: str) -> list[Rule]:
             "address_verified",
             "address_verified",
             True,
-            "Refunds need a verified billing address: the profile must show address_verified.",
+            "The profile shows address_verified.",
         ),
         profile_flag_rule(
             table,
             "terms_accepted",
             "terms_accepted",
             True,
-            "The customer must have accepted the current terms of service (terms_accepted).",
+            "The profile shows terms_accepted (the current terms of service).",
         ),
         failed_logins_rule(table),
         minimum_age_rule(table),
@@ -487,21 +468,19 @@ def account_rules(table: str) -> list[Rule]:
             table,
             "partner_sale",
             "sold_by_partner",
-            f"{_noun(table)} bought through a partner (sold_by_partner) are refunded by the "
-            "partner, not by us.",
+            f"The {_noun(table)} was not bought through a partner (sold_by_partner).",
         ),
         record_flag_rule(
             table,
             "price_adjusted",
             "price_adjusted",
-            f"{_noun(table)} that already received a price adjustment (price_adjusted) cannot "
-            "also be refunded.",
+            f"The {_noun(table)} got no earlier price adjustment (price_adjusted).",
         ),
     ]
 
 
 def _noun(table: str) -> str:
-    return "Orders" if table == "orders" else "Reservations"
+    return "order" if table == "orders" else "reservation"
 
 
 def prepare_request_records(world: World, table: str, key: str, rng: StableRNG) -> None:
@@ -542,9 +521,7 @@ def prepare_request_records(world: World, table: str, key: str, rng: StableRNG) 
 
 # -- reservation rules ----------------------------------------------------------------------
 def departure_notice_rule() -> Rule:
-    text = (
-        "Reservations can be cancelled only if the first flight departs at least 24 hours from now."
-    )
+    text = "The first flight departs at least 24 hours from now."
 
     def hours_left(world: World, key: str) -> float:
         departs = _target(world, "reservations", key)["flights"][0]["departs_at"]
@@ -567,7 +544,7 @@ def departure_notice_rule() -> Rule:
 
 
 def insurance_rule() -> Rule:
-    text = "Basic economy reservations can be cancelled only if they have travel insurance."
+    text = "A basic economy reservation needs travel insurance."
 
     def holds(world: World, key: str) -> bool:
         res = _target(world, "reservations", key)
