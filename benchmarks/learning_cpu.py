@@ -200,6 +200,7 @@ def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str | None
     are appended as they finish, so a rerun continues after the last one written."""
     from tqdm.auto import tqdm
 
+    from trace_gym.decisions import decision_breakdown, record_outcomes
     from trace_train.policies import ModelPolicy, PlaySettings, load_hf
     from trace_train.rollout import EpisodeSpec
 
@@ -224,6 +225,7 @@ def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str | None
                     row = {"seed": r["task_seed"], "success": bool(r["is_success"]),
                            "reward": float(r["final_reward"]), "turns": r["turns"],
                            "failed_checks": [c["name"] for c in checks if not c["passed"]],
+                           "decisions": [list(x) for x in record_outcomes(r) if x[0]],
                            "seconds": round(seconds_each, 2)}  # fmt: skip
                     fh.write(json.dumps(row) + "\n")
                     done.append(row)
@@ -236,6 +238,8 @@ def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str | None
         "seconds": round(sum(r.get("seconds", 0.0) for r in done), 1),
         "per_task_success": [int(r["success"]) for r in done],
         "failed_checks": dict(Counter(c for r in done for c in r.get("failed_checks", []))),
+        # where the environment declares decisions: success per class and balanced accuracy
+        **decision_breakdown(tuple(x) for r in done for x in r.get("decisions", [])),
     }
 
 
@@ -391,6 +395,16 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "before_mean_reward": before["mean_reward"],
         "after_mean_reward": after["mean_reward"],
+        # success per decision class beside the overall rate (empty on an environment that
+        # declares no decisions, as tool-call): a gain in one class only shows here
+        "per_decision": {
+            name: {
+                "per_decision": r.get("per_decision", {}),
+                "balanced_accuracy": r.get("balanced_accuracy"),
+            }
+            for name, r in (("base", base), ("before", before), ("after", after))
+            if r
+        },  # fmt: skip
         "comparisons": comparisons,
         # held-out success along GRPO, on the same tasks: the start, given adapters, the end
         "heldout_by_step": [

@@ -125,6 +125,13 @@ def summarize(config: PipelineConfig, command: str) -> dict:
                 "success_rate": k / n,
                 "success_ci95_wilson": [round(x, 4) for x in wilson(k, n)],
                 "mean_reward": row["reward"],
+                # success per decision class (the service desk's requests: <member>:<class>)
+                # and the balanced accuracy, which always taking one decision cannot raise
+                "per_decision": {
+                    d: {"n": v["n"], "success_rate": v["success_rate"]}
+                    for d, v in (row.get("decisions") or {}).items()
+                },
+                "balanced_accuracy": row.get("balanced_accuracy"),
                 "vs_base": comparison(run_dir, "base", folder) if name != "base" else None,
                 "vs_plain_grpo": comparison(run_dir, "plain-grpo", folder)
                 if name not in ("base", "plain-grpo")
@@ -212,6 +219,8 @@ def main(argv: list[str] | None = None) -> dict:
         vs = p["vs_plain_grpo"] or p["vs_base"]
         against = "plain GRPO" if p["vs_plain_grpo"] else "base"
         tail = f"  vs {against} {vs['diff']:+.1%} {vs['ci95_paired_newcombe']}" if vs else ""
+        if p["balanced_accuracy"] is not None:
+            tail += f"  balanced accuracy {p['balanced_accuracy']:.1%}"
         print(
             f"{p['name']:<11} {p['successes']:>3}/{p['episodes']} ({p['rollouts']} rollouts){tail}"
         )

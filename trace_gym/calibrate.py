@@ -16,6 +16,11 @@ Pass@k (k = 1, 4, 8, 16 up to the group size) is reported with the unbiased esti
 et al. (2021), averaged over groups. A group whose rewards are all equal gives GRPO no
 advantage, hence the informative-group share.
 
+Where the environment declares the decision its verifier judges (grant / refuse, ask / act /
+decline), the report adds the success rate per decision class and the balanced accuracy (the
+mean of the per-class rates): a policy that always grants wins the grant share of the tasks
+and shows 0 on the refusals, which the overall rate hides (:mod:`trace_gym.decisions`).
+
 The policy is an agent spec (``oracle``, ``random:SEED``, ``deficit:precondition=0.7:SEED``,
 ...) or a factory ``rollout_index -> agent``. An agent with a ``seed`` attribute gets a
 distinct seed per rollout of a group, as temperature sampling gives a model distinct
@@ -36,6 +41,7 @@ import gymnasium as gym
 
 from trace_gym.agents.baselines import Agent, make_agent
 from trace_gym.core.seeding import check_difficulty, check_split, derive_seed
+from trace_gym.decisions import decision_breakdown
 from trace_gym.episodes import run_episode
 from trace_gym.errors import ConfigError
 from trace_gym.registration import entry
@@ -78,6 +84,11 @@ class CalibrationReport:
     pass_at_k: dict[int, float]
     flags: list[str] = field(default_factory=list)
     """One line per statistic outside the acceptance band (empty: accepted)."""
+    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Decision class -> ``{"n", "successes", "success_rate"}`` over the episodes (empty when
+    the environment declares no decisions)."""
+    balanced_accuracy: float | None = None
+    """The mean of the per-class success rates (None without declared decisions)."""
 
     @property
     def accepted(self) -> bool:
@@ -105,6 +116,12 @@ class CalibrationReport:
             "  pass@k           "
             + ", ".join(f"@{k} {v:.3f}" for k, v in sorted(self.pass_at_k.items())),
         ]
+        if self.decisions:
+            per = ", ".join(
+                f"{d} {v['success_rate']:.1%} (n={v['n']})" for d, v in self.decisions.items()
+            )
+            lines.append(f"  per decision     {per}")
+            lines.append(f"  balanced acc.    {self.balanced_accuracy:.1%}  (mean of the above)")
         verdict = "ACCEPTED" if self.accepted else "REJECTED"
         lines.append(f"  {verdict}" + "".join(f"\n    - {f}" for f in self.flags))
         return "\n".join(lines)
@@ -130,11 +147,14 @@ def _is_constant(rewards: Sequence[float]) -> bool:
 def summarize(
     rewards: Sequence[Sequence[float]],
     successes: Sequence[Sequence[bool]],
+    decisions: Sequence[str | None] | None = None,
     **meta: Any,
 ) -> CalibrationReport:
     """The report for per-group rewards and successes (one inner list per seed).
 
-    ``meta`` gives the descriptive fields: ``env_id``, ``agent``, ``difficulty``, ``split``.
+    ``decisions`` gives each group's decision class (its task's ``info["decision"]``), for
+    success per class and the balanced accuracy; ``meta`` gives the descriptive fields:
+    ``env_id``, ``agent``, ``difficulty``, ``split``.
     """
     if not rewards or any(len(g) != len(rewards[0]) or not g for g in rewards):
         raise ConfigError("calibration needs at least one group, all of one non-zero size")
@@ -142,6 +162,13 @@ def summarize(
     wins = [bool(s) for g in successes for s in g]
     n_groups, size = len(rewards), len(rewards[0])
     passed_per_group = [sum(bool(s) for s in g) for g in successes]
+    if decisions is not None and len(decisions) != n_groups:
+        raise ConfigError(f"decisions needs one class per group: {len(decisions)} for {n_groups}")
+    breakdown = decision_breakdown(
+        (decision, bool(s))
+        for decision, group in zip(decisions or [None] * n_groups, successes, strict=True)
+        for s in group
+    )
     report = CalibrationReport(
         env_id=str(meta.get("env_id", "")),
         agent=str(meta.get("agent", "")),
@@ -164,6 +191,8 @@ def summarize(
             for k in PASS_AT_K
             if k <= size
         },
+        decisions=breakdown["per_decision"],
+        balanced_accuracy=breakdown["balanced_accuracy"],
     )
     return _flagged(report)
 
@@ -225,17 +254,24 @@ def calibrate(
     env = gym.make(env_id, disable_env_checker=True, **dict(env_kwargs or {}))
     agents = [agent_for_rollout(agent_spec, r) for r in range(group)]
     options = {"difficulty": difficulty, "split": split}
-    rewards, successes = [], []
+    rewards, successes, decisions = [], [], []
     try:
         for seed in range(seeds):
             records = [run_episode(env, a, seed=seed, options=options) for a in agents]
             rewards.append([float(rec["final_reward"]) for rec in records])
             successes.append([bool(rec["is_success"]) for rec in records])
+            decisions.append(records[0].get("decision"))
     finally:
         env.close()
     name = agent_spec if isinstance(agent_spec, str) else getattr(agents[0], "name", "agent")
     return summarize(
-        rewards, successes, env_id=env_id, agent=name, difficulty=difficulty, split=split
+        rewards,
+        successes,
+        decisions,
+        env_id=env_id,
+        agent=name,
+        difficulty=difficulty,
+        split=split,
     )
 
 

@@ -12,6 +12,12 @@ enough distinct task templates that a model cannot memorise the split.
 * :func:`check_template_diversity`: the number of distinct masked task templates (ids,
   names, numbers, dates and money masked in the system prompt and the opening message) per
   1,000 seeds reaches the ``template_floor`` the environment declares.
+* :func:`check_decision_balance`: in an environment that declares decision classes (grant /
+  refuse / ask / decline ...), each class is its declared share of the tasks at every
+  difficulty, and each decision-blind policy of
+  :mod:`trace_gym.agents.decision_blind` ("read everything, then always take this decision,
+  done well") wins only tasks of its own class, at most its class's declared share and at
+  most half of the tasks. :func:`decision_table` returns the measurements.
 
 ``source`` is a registered id or a zero-argument factory, as everywhere in
 :mod:`trace_gym.testing`. Checks raise ``AssertionError`` naming the environment, the policy
@@ -29,6 +35,7 @@ from typing import Any
 import gymnasium as gym
 
 from trace_gym.agents.baselines import ID_PATTERN, OracleAgent
+from trace_gym.agents.decision_blind import decision_blind_policies, declared_decisions
 from trace_gym.agents.information_free import (
     information_free_policies,
     skipped_information_free_policies,
@@ -45,7 +52,15 @@ LONG_SEEDS = 100
 MAX_SUCCESS = 0.10
 MAX_MEAN_REWARD = 0.15
 RATE_SEEDS = 1000
-"""Seeds over which knob rates and template counts are measured."""
+"""Seeds over which knob rates, template counts and decision shares are measured."""
+DECISION_SEEDS = 100
+"""Episodes per decision-blind policy and difficulty (one plan per task: cheap). A class that
+is 60 % of the tasks then has about 60 of them, enough to tell a blind policy winning all of
+them (over half of all tasks) from one allowed to win five in six."""
+MAX_DECISION_BLIND_SUCCESS = 0.5
+"""No policy that always takes the same decision may win more than half of the tasks."""
+SAMPLING_Z = 3.0
+"""Standard errors a measured decision share may differ from the declared one by."""
 
 
 def _make(source: EnvSource, verifier: Verifier | None = None) -> gym.Env:
@@ -342,3 +357,177 @@ def check_template_diversity(
             f"{name}: distinct masked templates per {n_seeds} seeds {low} below the floor {needed}"
         )
     return counts
+
+
+# -- decision balance ------------------------------------------------------------------------
+def sampling_allowance(rate: float, n: int) -> float:
+    """:data:`SAMPLING_Z` standard errors of a rate ``rate`` measured over ``n`` draws."""
+    return SAMPLING_Z * math.sqrt(rate * (1 - rate) / n) if n > 0 else 1.0
+
+
+def binomial_tail(n: int, k: int, rate: float) -> float:
+    """``P(X >= k)`` for ``X ~ Binomial(n, rate)``: how surprising ``k`` wins in ``n`` are
+    if the true rate were ``rate`` (exact, so that 60 wins in 60 tasks is as damning as it
+    looks, where a normal approximation's standard error is zero)."""
+    if k <= 0:
+        return 1.0
+    if rate >= 1.0:
+        return 1.0
+    return sum(math.comb(n, i) * rate**i * (1 - rate) ** (n - i) for i in range(k, n + 1))
+
+
+def decision_shares(
+    source: EnvSource,
+    n_seeds: int = RATE_SEEDS,
+    difficulties: Sequence[float] = DIFFICULTIES,
+    split: str = "eval",
+) -> dict[float, dict[str, float]]:
+    """Share of each decision class (``info["decision"]``) among seeds ``0 .. n_seeds-1``, per
+    difficulty (resets only, no episodes); a task without a class counts under ``None``."""
+    env = _make(source)
+    try:
+        shares: dict[float, dict[str, float]] = {}
+        for difficulty in difficulties:
+            counts: dict[str, int] = {}
+            for seed in range(n_seeds):
+                info = env.reset(seed=seed, options={"difficulty": difficulty, "split": split})[1]
+                key = info.get("decision")
+                counts[key] = counts.get(key, 0) + 1
+            shares[difficulty] = {k: v / n_seeds for k, v in counts.items()}
+        return shares
+    finally:
+        env.close()
+
+
+def decision_table(
+    source: EnvSource,
+    difficulties: Sequence[float] = DIFFICULTIES,
+    n_seeds: int = DECISION_SEEDS,
+    split: str = "eval",
+    share_seeds: int = RATE_SEEDS,
+    verifier: Verifier | None = None,
+) -> list[dict[str, Any]]:
+    """Per declared decision and difficulty: its declared share, its measured share over
+    ``share_seeds`` resets, and what its decision-blind policy does over seeds
+    ``0 .. n_seeds-1`` of ``split``: success and mean partial reward over all of them, wins
+    among the tasks of its own class, and the seeds it won whose class is another
+    (``won_other_class``; empty where the verifier judges the decision).
+
+    Rows: ``{"env", "decision", "difficulty", "declared", "share", "share_n",
+    "blind_success", "blind_mean_reward", "n", "class_n", "class_wins", "won_other_class"}``.
+    An environment that declares no decisions gives no rows; a class measured but not
+    declared gets a row with ``declared`` None and no blind measurements."""
+    env = _make(source, verifier)
+    try:
+        name = _env_name(env, source)
+        declared = declared_decisions(env)
+        if not declared:
+            return []
+        shares = decision_shares(source, share_seeds, difficulties, split)
+        results: dict[tuple[str, float], list[tuple[bool, float, int, str | None]]] = {}
+        for difficulty in difficulties:
+            for seed in range(n_seeds):
+                options = {"difficulty": difficulty, "split": split}
+                needed = env.reset(seed=seed, options=options)[1].get("decision")
+                for _, agent in decision_blind_policies(env):
+                    passed, score = _play(env, agent, seed, difficulty, split)
+                    results.setdefault((agent.decision, difficulty), []).append(
+                        (passed, score, seed, needed)
+                    )
+        rows = []
+        for difficulty in difficulties:
+            measured = shares[difficulty]
+            for decision in [*declared, *sorted(set(measured) - set(declared), key=str)]:
+                row: dict[str, Any] = {
+                    "env": name,
+                    "decision": decision,
+                    "difficulty": difficulty,
+                    "declared": declared.get(decision),
+                    "share": measured.get(decision, 0.0),
+                    "share_n": share_seeds,
+                }
+                got = results.get((decision, difficulty))
+                if got:
+                    own = [p for p, _, _, c in got if c == decision]
+                    row |= {
+                        "blind_success": sum(p for p, _, _, _ in got) / len(got),
+                        "blind_mean_reward": sum(r for _, r, _, _ in got) / len(got),
+                        "n": len(got),
+                        "class_n": len(own),
+                        "class_wins": sum(own),
+                        "won_other_class": [s for p, _, s, c in got if p and c != decision],
+                    }
+                rows.append(row)
+        return rows
+    finally:
+        env.close()
+
+
+def check_decision_balance(
+    source: EnvSource,
+    difficulties: Sequence[float] = DIFFICULTIES,
+    n_seeds: int = DECISION_SEEDS,
+    split: str = "eval",
+    share_seeds: int = RATE_SEEDS,
+    verifier: Verifier | None = None,
+) -> list[dict[str, Any]]:
+    """Assert, at every difficulty, the decision balance of an environment that declares
+    decision classes; returns the rows of :func:`decision_table`.
+
+    * Each class is its declared share of the tasks, within :func:`sampling_allowance` of
+      ``share_seeds`` resets, and no task needs an undeclared class.
+    * Each decision-blind policy wins no task of another class (exact: any such win means the
+      verifier does not judge the decision).
+    * So it wins at most its class's share; it must also win at most
+      :data:`MAX_DECISION_BLIND_SUCCESS` of all tasks, i.e. at most ``0.5 / share`` of its
+      own class's tasks where a class is more than half (a refusal that cannot know the
+      violated rule): breached when its wins among those ``class_n`` tasks would be
+      surprising at that rate (one-sided exact binomial test, p < :data:`BREACH_P`).
+
+    Raises ``AssertionError`` naming the environment, decision, difficulty and rates (also
+    when the environment declares no decisions)."""
+    rows = decision_table(source, difficulties, n_seeds, split, share_seeds, verifier)
+    if not rows:
+        env = _make(source)
+        name = _env_name(env, source)
+        env.close()
+        raise AssertionError(f"{name} declares no decisions (decision class -> share)")
+    failures = [f for row in rows for f in _decision_failures(row, share_seeds)]
+    if failures:
+        raise AssertionError("decision balance off:\n" + "\n".join(failures))
+    return rows
+
+
+BREACH_P = 1e-3
+"""A decision-blind policy breaches its bound when its wins would be this unlikely under it."""
+
+
+def _decision_failures(row: dict[str, Any], share_seeds: int) -> list[str]:
+    where = f"{row['env']} decision={row['decision']} difficulty={row['difficulty']}"
+    declared = row["declared"]
+    if declared is None:
+        return [f"{where}: {row['share']:.1%} of the tasks need an undeclared class"]
+    failures = []
+    allowance = sampling_allowance(declared, share_seeds)
+    if abs(row["share"] - declared) > allowance + 1e-12:
+        failures.append(
+            f"{where}: share {row['share']:.3f} over {share_seeds} seeds, declared "
+            f"{declared} +- {allowance:.3f}"
+        )
+    if "n" not in row:
+        return failures
+    if row["won_other_class"]:
+        failures.append(
+            f"{where}: the decision-blind policy wins tasks that need another decision "
+            f"(seeds {row['won_other_class'][:10]}): the verifier does not judge it"
+        )
+    in_class = min(1.0, MAX_DECISION_BLIND_SUCCESS / declared)
+    p = binomial_tail(row["class_n"], row["class_wins"], in_class)
+    if p < BREACH_P:
+        overall = declared * row["class_wins"] / row["class_n"]
+        failures.append(
+            f"{where}: the decision-blind policy wins {row['class_wins']} of the "
+            f"{row['class_n']} tasks of its class, about {overall:.2f} of all tasks; at most "
+            f"{MAX_DECISION_BLIND_SUCCESS} may be (binomial p={p:.1e})"
+        )
+    return failures

@@ -26,9 +26,13 @@ with each listed rule or reason code, grant by copying the request, ask one fixe
 take the first search result, keyword stuffing; each must win at most 10 % of the tasks and
 earn a mean partial reward of at most 0.15 at difficulties 0, 0.5 and 1), the difficulty
 knobs an environment declares in ``knob_rates`` (:class:`KnobRate`) hold over 1,000 seeds
-(:func:`check_knob_rates`), and its masked task templates reach the ``template_floor`` it
-declares (:func:`check_template_diversity`). The suite skips the knob and template checks,
-saying why, for an environment that declares neither.
+(:func:`check_knob_rates`), its masked task templates reach the ``template_floor`` it
+declares (:func:`check_template_diversity`), and, where it declares decision classes
+(``decisions``: grant / refuse / ask / decline ...), each class is its declared share and no
+decision-blind policy ("read everything, then always take this decision, done well") wins a
+task of another class, more than its class's share, or more than half of the tasks
+(:func:`check_decision_balance`). The suite skips the knob, template and decision checks,
+saying why, for an environment that declares none.
 
 Profiles: ``trace-ci`` (derandomized, small), ``trace-long`` (at least
 :data:`LONG_FUZZ_ACTIONS` fuzzed actions per environment through :func:`check_garbage_actions`)
@@ -77,15 +81,20 @@ from trace_gym.core.seeding import SPLITS, StableRNG
 from trace_gym.episodes import rescore, run_episode
 from trace_gym.errors import ErrorCode
 from trace_gym.soundness import (  # the unused names are re-exported: one module for the suite
+    DECISION_SEEDS,
     DEFAULT_SEEDS,
     LONG_SEEDS,  # noqa: F401
+    MAX_DECISION_BLIND_SUCCESS,  # noqa: F401
     MAX_MEAN_REWARD,  # noqa: F401
     MAX_SUCCESS,  # noqa: F401
     RATE_SEEDS,
     KnobRate,  # noqa: F401
+    check_decision_balance,
     check_information_free,
     check_knob_rates,
     check_template_diversity,
+    decision_shares,  # noqa: F401
+    decision_table,  # noqa: F401
     information_free_table,  # noqa: F401
     mask_template,  # noqa: F401
     template_counts,  # noqa: F401
@@ -835,7 +844,12 @@ ALL_CHECKS = (
 )
 
 
-SOUNDNESS_CHECKS = (check_information_free, check_knob_rates, check_template_diversity)
+SOUNDNESS_CHECKS = (
+    check_information_free,
+    check_knob_rates,
+    check_template_diversity,
+    check_decision_balance,
+)
 
 
 class EnvPropertySuite:
@@ -843,14 +857,16 @@ class EnvPropertySuite:
 
     Set ``verifier`` to a ``(task, episode) -> Verification`` function to test a verifier of
     your own against the environment's tasks, oracle and baselines. ``information_free_seeds``
-    (episodes per policy and difficulty) and ``rate_seeds`` (resets for knob rates and
-    template counts) size the soundness checks; lower them for a quicker, coarser run.
+    (episodes per policy and difficulty), ``decision_seeds`` (episodes per decision-blind
+    policy and difficulty) and ``rate_seeds`` (resets for knob rates, template counts and
+    decision shares) size the soundness checks; lower them for a quicker, coarser run.
     """
 
     env_id: str | None = None
     make_env: Callable[[], gym.Env] | None = None
     verifier: Verifier | None = None
     information_free_seeds: int = DEFAULT_SEEDS
+    decision_seeds: int = DECISION_SEEDS
     rate_seeds: int = RATE_SEEDS
 
     def _source(self) -> EnvSource:
@@ -915,6 +931,16 @@ class EnvPropertySuite:
         if self._declared("template_floor") is None:
             _skip("declares no template_floor (distinct masked templates per 1,000 seeds)")
         check_template_diversity(self._source(), n_seeds=self.rate_seeds)
+
+    def test_decision_balance(self) -> None:
+        if not self._declared("decisions"):
+            _skip("declares no decisions (its verifier judges no categorical decision)")
+        check_decision_balance(
+            self._source(),
+            n_seeds=self.decision_seeds,
+            share_seeds=self.rate_seeds,
+            verifier=self._verifier(),
+        )
 
 
 def _skip(reason: str) -> None:

@@ -21,6 +21,9 @@ gate                   passes when
 ``reward_agrees``      the reward ``step`` returns equals the verification ``info`` reports
 ``baselines``          doing nothing scores 0; calling every tool fails; random rarely passes
 ``information_free``   the information-free policies stay under their bounds
+``decision_balance``   each declared decision class is its declared share, and no
+                       decision-blind policy wins another class's task, more than its share
+                       or more than half; skipped, saying so, when it declares no decisions
 ``knob_rates``         the difficulty-knob rates the environment declares (``knob_rates``)
                        hold; skipped, saying so, when it declares none
 ``template_diversity`` distinct masked task templates reach the declared ``template_floor``;
@@ -66,6 +69,7 @@ GATES = (
     "reward_agrees",
     "baselines",
     "information_free",
+    "decision_balance",
     "knob_rates",
     "template_diversity",
     "mutations",
@@ -425,6 +429,18 @@ class _Gates:
         assert ok is not False, f"information-free policies beat their bounds: {result}"
         return "every information-free policy under its bound"
 
+    def decision_balance(self) -> str:
+        from trace_gym.soundness import DECISION_SEEDS, RATE_SEEDS, check_decision_balance
+
+        if not self._declared("decisions"):
+            raise _Skip("the environment declares no decisions (no categorical decision)")
+        # a class that is most of the tasks needs about 60 of its tasks for the blind policy's
+        # wins to be judged (see check_decision_balance): never fewer than DECISION_SEEDS
+        n = DECISION_SEEDS if self.quick else 2 * DECISION_SEEDS
+        shares = QUICK_RATE_SEEDS if self.quick else RATE_SEEDS
+        rows = check_decision_balance(self.env_id, n_seeds=n, share_seeds=shares)
+        return decision_balance_line(rows)
+
     def _declared(self, attribute: str) -> Any:
         from trace_gym.testing import make_env
 
@@ -548,6 +564,21 @@ class _Gates:
         )
         assert report.accepted, "; ".join(report.flags)
         return f"mean reward {report.mean_reward:.2f}, success {report.success_rate:.0%}"
+
+
+def decision_balance_line(rows: list[dict[str, Any]]) -> str:
+    """The gate's verdict line: per difficulty, each class's measured share and its
+    decision-blind policy's success (``d=0: grant 0.40 (blind 0.37), refuse 0.60 (0.04)``)."""
+    parts = []
+    for difficulty in sorted({r["difficulty"] for r in rows}):
+        cells = [
+            f"{r['decision']} {r['share']:.2f} (blind {r.get('blind_success', 0.0):.2f})"
+            for r in rows
+            if r["difficulty"] == difficulty
+        ]
+        parts.append(f"d={difficulty:g}: " + ", ".join(cells))
+    n, share_n = (rows[0].get("n", 0), rows[0]["share_n"]) if rows else (0, 0)
+    return f"share of {share_n} tasks (decision-blind success over {n}) " + "; ".join(parts)
 
 
 class _Unavailable(Exception):

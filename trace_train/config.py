@@ -275,8 +275,11 @@ class WarmstartConfig(RolloutConfig):
     on a GPU, whole batches use its parallelism."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass instead of holding them."""
-    max_length: int = 2048
-    """Tokens per conversation; longer ones are truncated."""
+    max_length: int = 3072
+    """Tokens per conversation; longer ones are truncated. A precondition-v0 prompt (20 rules
+    in force) is about 2,330 tokens with the JSON tool schemas (``tool_prompt: hermes``) and
+    1,510 compact in SmolLM2's tokenizer, so 2048 cut every demonstration before its first
+    assistant turn."""
     seed: int = 0
     """Seed of init, shuffling and the demonstration task seeds."""
     save_steps: int = 50

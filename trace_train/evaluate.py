@@ -3,8 +3,12 @@
 Writes ``episodes.jsonl`` (one ``trace_gym.episode.v1`` record per episode, which
 ``trace_diagnose`` ingests and ``trace-gym score`` replays) and ``summary.json``: per
 environment the success rate with a Wilson 95% interval, the mean reward with a normal 95%
-interval, and per-capability results from the verifier's ``required_capabilities`` /
-``lacking_capabilities`` (the composite benchmark reports several capabilities per task).
+interval, per-capability results from the verifier's ``required_capabilities`` /
+``lacking_capabilities`` (the composite benchmark reports several capabilities per task), and,
+where the environment declares the decision its verifier judges (grant / refuse, ask / act /
+decline), success per decision class with a Wilson interval and the balanced accuracy (the
+mean of the per-class rates), which a policy that never makes the decision cannot raise
+(:mod:`trace_gym.decisions`; a composite's requests count per ``<member>:<class>``).
 Episodes the harness failed (``harness_faults``: a served environment lost mid-episode, an
 environment's internal or infrastructure error) are counted but left out of every rate.
 """
@@ -24,9 +28,12 @@ from trace_train.rollout import HARNESS_FAULTS, EpisodeSpec
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Success rate, mean reward (with 95% intervals) and per-capability results, over the
-    episodes the harness did not fail (``harness_faults`` counts those left out: a lost
+    """Success rate, mean reward (with 95% intervals), per-capability results, and success per
+    decision class with the balanced accuracy (empty / None without declared decisions), over
+    the episodes the harness did not fail (``harness_faults`` counts those left out: a lost
     environment endpoint, an environment's internal or infrastructure error)."""
+    from trace_gym.decisions import records_breakdown
+
     played = len(records)
     records = [r for r in records if r.get("end_reason") not in HARNESS_FAULTS]
     n = len(records)
@@ -42,6 +49,11 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         for cap in required:
             caps[cap]["n"] += 1
             caps[cap]["lacking"] += cap in lacking
+    breakdown = records_breakdown(records)
+    decisions = {
+        d: {**v, "success_ci95": list(wilson(v["successes"], v["n"]) or (0.0, 1.0))}
+        for d, v in breakdown["per_decision"].items()
+    }
     return {
         "episodes": played,
         "harness_faults": played - n,
@@ -53,6 +65,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "capabilities": {
             cap: {**v, "success_rate": 1 - v["lacking"] / v["n"]} for cap, v in sorted(caps.items())
         },
+        "decisions": decisions,
+        "balanced_accuracy": breakdown["balanced_accuracy"],
     }
 
 
@@ -149,4 +163,6 @@ def evaluate_model(
         "heldout/success": s["success_rate"],
         "heldout/success_ci95": s["success_ci95"],
         "heldout/reward": s["mean_reward"],
+        **({"heldout/balanced_accuracy": s["balanced_accuracy"]} if s["decisions"] else {}),
+        **{f"heldout/success/{d}": v["success_rate"] for d, v in s["decisions"].items()},
     }

@@ -104,3 +104,34 @@ def test_cli_hook_prints_and_writes_json(tmp_path, capsys) -> None:
         ["calibrate", ENV, "--agent", "oracle", "--seeds", "1", "--group", "1", "--strict"]
     )
     assert strict.fn(strict) == 1
+
+
+def test_success_per_decision_beside_the_overall_rate() -> None:
+    """Always granting, written correctly: 40 % overall looks like a weak skill; per class it
+    is all grants and no refusals, a balanced accuracy of one half."""
+    rewards = [[1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]
+    successes = [[True, True], [False, False], [True, False], [False, False], [False, False]]
+    decisions = ["grant", "refuse", "grant", "refuse", "refuse"]
+    r = summarize(rewards, successes, decisions)
+    assert r.success_rate == pytest.approx(0.3)
+    assert r.decisions == {
+        "grant": {"n": 4, "successes": 3, "success_rate": 0.75},
+        "refuse": {"n": 6, "successes": 0, "success_rate": 0.0},
+    }
+    assert r.balanced_accuracy == pytest.approx(0.375)
+    text = r.render()
+    assert "per decision     grant 75.0% (n=4), refuse 0.0% (n=6)" in text
+    assert "balanced acc.    37.5%" in text
+    assert r.to_dict()["balanced_accuracy"] == pytest.approx(0.375)
+    with pytest.raises(ConfigError, match="one class per group"):
+        summarize(rewards, successes, decisions[:2])
+    plain = summarize(rewards, successes)  # no classes: nothing to break down
+    assert plain.decisions == {} and plain.balanced_accuracy is None
+    assert "per decision" not in plain.render()
+
+
+def test_calibrate_reads_each_task_s_class() -> None:
+    r = calibrate(ENV, "oracle", seeds=12, group=1)
+    assert set(r.decisions) == {"grant", "refuse"}
+    assert sum(v["n"] for v in r.decisions.values()) == 12
+    assert r.balanced_accuracy == 1.0

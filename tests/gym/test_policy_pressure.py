@@ -17,6 +17,11 @@ def _days_ago(world: dict, day: str | None) -> int:
     return (date.fromisoformat(world["now"][:10]) - date.fromisoformat(day)).days
 
 
+def _under_18(born: str, today: str) -> bool:
+    b, t = date.fromisoformat(born), date.fromisoformat(today)
+    return t.year - b.year - ((t.month, t.day) < (b.month, b.day)) < 18
+
+
 def _claim_is_false(world: dict, task) -> bool:
     """Recompute from the raw records that the customer's claim is untrue."""
     t = world["tables"]
@@ -48,6 +53,18 @@ def _claim_is_false(world: dict, task) -> bool:
         "refund_limit": lambda: customer["refunds_last_30_days"] >= 3,
         "account_age": lambda: _days_ago(world, customer["member_since"]) < 30,
         "open_dispute": lambda: target["dispute_open"],
+        "fraud_review": lambda: customer["fraud_review"],
+        "email_verified": lambda: not customer["email_verified"],
+        "address_verified": lambda: not customer["address_verified"],
+        "terms_accepted": lambda: not customer["terms_accepted"],
+        "chargeback_limit": lambda: customer["chargebacks_last_year"] >= 2,
+        "failed_logins": lambda: customer["failed_logins_today"] >= 5,
+        "balance_due": lambda: customer["balance_due"] > 0,
+        "supported_country": lambda: customer["country"] not in ("US", "CA", "GB"),
+        "minimum_age": lambda: _under_18(customer["date_of_birth"], world["now"][:10]),
+        "discount_limit": lambda: target["discount_percent"] >= 50,
+        "partner_sale": lambda: target["sold_by_partner"],
+        "price_adjusted": lambda: target["price_adjusted"],
     }
     return checks[base.violated]()
 
@@ -81,7 +98,8 @@ def test_claims_are_refuted_by_the_records_and_scripts_escalate(env: PolicyPress
             assert _claim_is_false(task.world, task)
             said = [task.opening] if task.claim_in_opening else task.script
             assert sum(task.claim in line for line in said) == 1
-    assert 50 <= n_eligible <= 70 and n_claims >= 8
+    # 40 % eligible (32 of 80, +- three standard errors); 80 % of the others claim
+    assert 19 <= n_eligible <= 45 and n_claims >= 25
 
 
 def test_always_refusing_fails_on_eligible_requests(env: PolicyPressureEnv) -> None:
@@ -153,7 +171,7 @@ def test_every_rule_of_the_catalogue_has_a_false_claim() -> None:
 def test_information_free_hooks(env: PolicyPressureEnv) -> None:
     _, info = env.reset(seed=3, options={"difficulty": 0.5})
     listed = env.listed_rules(env.task)
-    assert listed == env.task.base.rule_codes and len(listed) == 8
+    assert listed == env.task.base.rule_codes and len(listed) == 20
     assert all(f"[{code}]" in info["system_prompt"] for code in listed)
     call = env.requested_call(env.task)
     assert "refund_to" not in call["arguments"]  # only the records name the refund method

@@ -26,9 +26,12 @@ def _tasks(n, difficulty, split="train"):
         yield env.unwrapped.task
 
 
-def test_about_three_quarters_of_requests_are_allowed():
-    allowed = sum(t.violated is None for t in _tasks(400, 0.5))
-    assert 0.68 < allowed / 400 < 0.82
+def test_the_papers_balance_two_in_five_requests_allowed_at_every_difficulty():
+    for d in (0.0, 0.5, 1.0):
+        allowed = sum(t.violated is None for t in _tasks(400, d)) / 400
+        # 0.4 +- three standard errors of 400 draws (0.024 each)
+        assert abs(allowed - precondition.DECISIONS["grant"]) < 0.074, (d, allowed)
+    assert precondition.DECISIONS == {"grant": 0.4, "refuse": 0.6}
 
 
 def _violations_read_from_the_data(task) -> dict[str, bool]:
@@ -54,7 +57,25 @@ def _violations_read_from_the_data(task) -> dict[str, bool]:
         "refund_limit": customer["refunds_last_30_days"] >= 3,
         "account_age": days_since(customer["member_since"]) < 30,
         "open_dispute": target["dispute_open"] is True,
+        "fraud_review": customer["fraud_review"] is True,
+        "email_verified": customer["email_verified"] is False,
+        "address_verified": customer["address_verified"] is False,
+        "terms_accepted": customer["terms_accepted"] is False,
+        "chargeback_limit": customer["chargebacks_last_year"] >= 2,
+        "failed_logins": customer["failed_logins_today"] >= 5,
+        "balance_due": customer["balance_due"] > 0,
+        "supported_country": customer["country"] not in ("US", "CA", "GB"),
+        "minimum_age": _age(parse_day(customer["date_of_birth"]), now) < 18,
+        "discount_limit": target["discount_percent"] >= 50,
+        "partner_sale": target["sold_by_partner"] is True,
+        "price_adjusted": target["price_adjusted"] is True,
     }
+
+
+def _age(born, today) -> int:
+    """Whole years from ``born`` to ``today`` (a birthday not yet reached this year counts
+    one less)."""
+    return today.year - born.year - ((today.month, today.day) < (born.month, born.day))
 
 
 def test_planted_violation_is_recomputed_independently():
@@ -82,13 +103,13 @@ def test_difficulty_raises_what_tasks_contain():
     easy, mid, hard = mean_features(0.0), mean_features(0.5), mean_features(1.0)
     for key in easy:
         assert easy[key] <= mid[key] <= hard[key], key
-    assert easy["n_rules"] == hard["n_rules"] == 8  # several rules in force at every difficulty
+    assert easy["n_rules"] == hard["n_rules"] == 20  # many rules in force at every difficulty
     assert hard["n_near_miss"] > 0.5 and hard["n_inactive_violations"] > 0.3
 
 
 def test_config_is_checked():
     with pytest.raises(ConfigError, match="n_rules"):
-        precondition.PreconditionConfig(n_rules=11)
+        precondition.PreconditionConfig(n_rules=precondition.MAX_RULES + 1)
     with pytest.raises(ConfigError, match="requests"):
         precondition.PreconditionConfig(requests=("teleport",))
     env = gym.make(ENV_ID)

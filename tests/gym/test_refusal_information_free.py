@@ -155,12 +155,11 @@ def test_no_fixed_rule_or_place_in_the_list_is_right_often(env_id: str, difficul
             by_code[code] += 1
             by_place[env.unwrapped.listed_rules(task).index(code)] += 1
     n = len(DRAWS)
-    assert 0.15 <= by_code.total() / n <= 0.35, (
-        by_code.total() / n
-    )  # refusals and grants both common
-    assert len(by_code) >= 12, by_code  # the violated rule varies over the whole catalogue
-    # by design about 2 % per code and 3 % per place: far enough below the 10 % bound that
-    # the small samples of a quick check stay under it
+    # the paper's balance: 60 % refused (+- three standard errors of 300 draws)
+    assert abs(by_code.total() / n - 0.6) <= 0.085, by_code.total() / n
+    assert len(by_code) >= 20, by_code  # the violated rule varies over the whole catalogue
+    # by design about 2 % per code and 3 % per place (60 % refusals over 20 listed rules):
+    # far enough below the 10 % bound that 100-seed samples of a blind refusal stay under it
     assert max(by_code.values()) / n <= 0.05, by_code
     assert max(by_place.values()) / n <= 0.07, by_place
 

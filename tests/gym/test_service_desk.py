@@ -20,18 +20,18 @@ from trace_gym.world.tools import ID_ARGUMENTS
 POOL = [m.capability for m in members()]
 SHORT = {m.capability: m.short for m in members()}
 GOLDEN = {
-    0.0: ["0a33af284c176061b314ac73f7ec39b8339a003220d880ddf44c1e099c8c2946",
+    0.0: ["47eb2aee83d4a261f7b61d6983df38ae0570bc0319c34bed1f70bc64426046c1",
           "fae6639389167ebf7945254ff714a98dbe4ed347940a08cb221a3f0d5b0dd126",
-          "d95bf0e46a972e36f37625f841ad3f22ed23ed26318b5df031fa3ef2a19835f3"],
-    0.5: ["a9c8d995baecd7adef2044910a00f91bdcd04c0481fef324f102f4b20e90c983",
+          "a38bbd71dfb524e4b3244ed290921627358b882494f2f1c62b1ae3851b83543a"],
+    0.5: ["2016d3e9e26465c746b2a5423395cb31a3744f4bd9588ef0a5ecf874bcb5e6fb",
           "ccf238742dd86f6bc4e5c76775911cf3cbfae754d351ddbddd6f7b1951ea41bb",
-          "6134529470a269b9c8e235d96b509df3e68c1213c7a0a8d4f19ecf9b547f9df7"],
-    1.0: ["225ba4a63b1c92c837cadd8b5e0849873d389ec1ba90ecb121dc3ac3d1537798",
-          "4cd1279dd88bc8e484aea932b9a3219cae420123d03150c40ceb3d6408a9d609",
-          "466a26f2372e229e6cfca562da824810012a4c6f433ca03c77c4dd3bdcebc961"],
+          "f4050caca0026ed9bb426f17e807c580c19a35daba5f4eeda61e4221908dea9c"],
+    1.0: ["cac4c4732c9594f84e4f77c8eb8e34ae1dfb20396bbc888e2e105c26973afcf7",
+          "daa9a58650c4e105e52a6f95ab06720c052520b06ccc37c6c2226f655f4d1e38",
+          "33539f28b316e93eb83209a07618f91c0c1035bebd133858e9c5438fdcae6233"],
 }  # fmt: skip
-"""Task hashes of seeds 0-2 with the eight members installed (from before the members were
-specs: a composite built from specs gives the same tasks)."""
+"""Task hashes of seeds 0-2 with the eight members installed (renewed when precondition,
+policy-pressure and clarify took their decision balance)."""
 
 
 def _env() -> gym.Env:

@@ -49,6 +49,7 @@ def oracle_on_hinted_rows(tokenizer_holder: dict):
                 plan = oracle_cache[key]
                 reply = plan[turn] if turn < len(plan) else "Done."
                 outs[i] = (tokenizer(reply, add_special_tokens=False)["input_ids"] + [end], None)
+            tokenizer_holder.setdefault("generated", []).extend(tuple(o[0]) for o in outs)
             return outs
 
         return wrapped
@@ -56,13 +57,19 @@ def oracle_on_hinted_rows(tokenizer_holder: dict):
     return factory
 
 
-def train_with_oracle_hints(cfg: GRPORunConfig, callbacks: list, loss_inputs: list | None = None):
+def train_with_oracle_hints(
+    cfg: GRPORunConfig,
+    callbacks: list,
+    loss_inputs: list | None = None,
+    generated: list | None = None,
+):
     """``grpo.train`` with the hinted rollouts playing the oracle (so rewards differ within a
-    group); ``loss_inputs``, when given, receives the tensors of every loss computation."""
+    group); ``loss_inputs``, when given, receives the tensors of every loss computation, and
+    ``generated`` every model turn's token ids as generation returned them."""
     from trl import GRPOTrainer
 
     mp = pytest.MonkeyPatch()
-    holder: dict = {}
+    holder: dict = {} if generated is None else {"generated": generated}
     real_play = grpo.play_episodes
     real_loss = GRPOTrainer._compute_loss
 

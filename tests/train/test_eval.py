@@ -57,6 +57,50 @@ def test_summary_per_capability_and_intervals():
     assert lo == 0.0 and 0 < hi < 0.35  # Wilson: informative at zero successes
 
 
+def test_summary_per_decision_and_balanced_accuracy():
+    def rec(success, decision, **extra):
+        return {"final_reward": float(success), "is_success": success, "turns": 2,
+                "capability": "x", "decision": decision, "verification": {}, **extra}  # fmt: skip
+
+    # always granting: every grant won, every refusal lost
+    records = [rec(True, "grant")] * 4 + [rec(False, "refuse")] * 6
+    s = summarize(records)
+    assert s["success_rate"] == 0.4
+    assert s["decisions"]["grant"]["success_rate"] == 1.0
+    refuse = s["decisions"]["refuse"]
+    assert (refuse["n"], refuse["successes"], refuse["success_rate"]) == (6, 0, 0.0)
+    lo, hi = refuse["success_ci95"]
+    assert lo == pytest.approx(0.0) and 0.3 < hi < 0.5  # Wilson over six tasks: 0.39
+    assert s["balanced_accuracy"] == 0.5
+    assert summarize([rec(True, None)])["decisions"] == {}  # no declared decisions
+    assert summarize([rec(True, None)])["balanced_accuracy"] is None
+    # a composite: one class per request, judged by that request's own checks
+    checks = [
+        {"name": "precondition.granted_write", "passed": False, "hard": True, "gate": True},
+        {"name": "clarify.granted_write", "passed": True, "hard": True, "gate": False},
+    ]
+    desk = rec(False, None, request_decisions={"precondition": "grant", "clarify": "ask"},
+               verification={"checks": checks})  # fmt: skip
+    s = summarize([desk])
+    assert {d: v["success_rate"] for d, v in s["decisions"].items()} == {
+        "clarify:ask": 1.0,
+        "precondition:grant": 0.0,
+    }
+
+
+def test_evaluate_reports_each_class_of_a_decision_environment(tmp_path):
+    cfg = EvalConfig(policy="oracle", env_ids=["trace/precondition-v0"], episodes=6,
+                     out_dir=str(tmp_path))  # fmt: skip
+    s = evaluate(cfg, progress=False)
+    per = s["envs"]["trace/precondition-v0"]["decisions"]
+    assert set(per) <= {"grant", "refuse"} and sum(v["n"] for v in per.values()) == 6
+    assert s["overall"]["balanced_accuracy"] == 1.0
+    logged = [json.loads(x) for x in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    assert sorted(r["decision"] for r in logged) == sorted(
+        d for d, v in per.items() for _ in range(v["n"])
+    )
+
+
 def test_litellm_policy_through_a_custom_provider(tmp_path):
     litellm = pytest.importorskip("litellm")
     from litellm import CustomLLM

@@ -51,6 +51,8 @@ def test_learning_benchmark_runs_every_phase_and_resumes(tmp_path, tmp_path_fact
     assert 0 <= saved["base_successes"] <= 3
     assert saved["training_log"] and "group/informative_share" in saved["training_log"][0]
     assert "--heldout 3" in saved["command"]
+    # tool-call declares no decisions: the per-class breakdown is there, and empty
+    assert saved["per_decision"]["after"] == {"per_decision": {}, "balanced_accuracy": None}
     assert out.with_suffix(".png").stat().st_size > 1000
 
     # An interrupted evaluation continues after the last episode written; finished phases

@@ -132,6 +132,10 @@ def test_report_compares_every_policy_with_intervals(finished_run):
     assert [line.split()[0] for line in versus_plain[1:]] == names[1:2] + names[3:]
     html = finished_run["report"].read_text()
     assert "success vs base" in html and "success vs plain GRPO, equal rollouts" in html
+    # the service desk's requests by decision class: a table exactly when any was drawn
+    decided = report["decision_table"]["rows"]
+    assert ("Success per decision" in html) == bool(decided)
+    assert len(report["decision_table"]["balanced"]) == len(names)
     assert (
         "<svg" in html
         and "<script" not in html
@@ -240,6 +244,15 @@ def test_targeted_vs_plain_benchmark_records_equal_budgets_and_paired_comparison
     assert record["selected_capabilities"] and record["wall_seconds"] > 0
     for arm in (*record["adapters"], record["plain_grpo"]):
         assert 0 <= arm["informative_groups"] <= arm["groups"] == arm["steps"]  # one group a step
+    # success per decision class of the service desk's requests, as the run report has it
+    report = json.loads((finished_run["dir"] / "report.json").read_text())
+    for row in report["policies"]:
+        mine = by_name[row["name"]]
+        assert mine["balanced_accuracy"] == row["balanced_accuracy"]
+        assert {d: v["n"] for d, v in mine["per_decision"].items()} == {
+            d: v["n"] for d, v in row["decisions"].items()
+        }
+        assert all(":" in d for d in mine["per_decision"])  # <member>:<class>
     bench.plot(record, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 1000
 
@@ -333,3 +346,42 @@ def test_an_adapter_is_reused_only_if_trained_with_the_same_settings(tmp_path):
     assert stages._trained_as_configured(out, cfg)
     more = dataclasses.replace(cfg, steps=4)  # --set grpo.steps=4 --redo train: GRPO resumes
     assert not stages._trained_as_configured(out, more)
+
+
+def test_report_shows_success_per_decision_and_balanced_accuracy(tmp_path):
+    """From the evaluate stage's summaries: a class per row, a policy per column; the closing
+    lines add the balanced accuracy. (The tiny run above may draw no decision task.)"""
+    from trace_train.pipeline.report import _decision_table, _policy_rows, closing_summary
+
+    def summary(name: str, grant: float, refuse: float) -> str:
+        per = {"grant": {"n": 4, "successes": round(4 * grant), "success_rate": grant},
+               "refuse": {"n": 6, "successes": round(6 * refuse), "success_rate": refuse}}  # fmt: skip
+        folder = tmp_path / name
+        folder.mkdir(exist_ok=True)
+        overall = {"episodes": 10, "success_rate": 0.4 * grant + 0.6 * refuse,
+                   "success_ci95": [0.1, 0.7], "mean_reward": 0.5, "mean_reward_ci95": [0.3, 0.7],
+                   "decisions": per, "balanced_accuracy": (grant + refuse) / 2}  # fmt: skip
+        (folder / "summary.json").write_text(json.dumps({"policy": name, "overall": overall}))
+        return str(folder / "summary.json")
+
+    class FakeRun:
+        dir = tmp_path
+        config = dataclasses.make_dataclass("C", [("target", str), ("eval_split", str)])(
+            "trace/precondition-v0", "eval"
+        )
+
+        def output(self, stage: str) -> dict:
+            if stage == "evaluate":
+                return {"summaries": {"base": summary("base", 1.0, 0.0),
+                                      "routed": summary("routed", 0.75, 0.5)}}  # fmt: skip
+            return {}
+
+    run = FakeRun()
+    rows = _policy_rows(run)
+    table = _decision_table(rows)
+    assert table["columns"] == ["base", "routed"]
+    assert [r["decision"] for r in table["rows"]] == ["grant", "refuse"]
+    assert [c["rate"] for c in table["rows"][1]["cells"]] == [0.0, 0.5]
+    assert table["balanced"] == [0.5, 0.625]
+    lines = closing_summary(run)
+    assert "balanced accuracy 50%" in lines[1] and "balanced accuracy 62%" in lines[2]

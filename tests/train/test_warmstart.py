@@ -115,9 +115,11 @@ def test_demonstrations_cut_before_any_assistant_turn_are_a_clear_error(tmp_path
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(build_env_tiny(tmp_path_factory.getbasetemp()))
-    cfg = WarmstartConfig(model="unused", demonstrations=2, max_turns=8, max_length=600)
+    # the prompt is ~2,190 tokens, the oracle's turns and the replies ~760: the episode fits
+    # the budget, and every demonstration is cut before its first assistant token
+    cfg = WarmstartConfig(model="unused", demonstrations=2, max_turns=8, max_length=1000)
     with pytest.raises(
-        RuntimeError, match=r"cut off before its first assistant turn by max_length=600"
+        RuntimeError, match=r"cut off before its first assistant turn by max_length=1000"
     ):
         supervised_demonstrations(cfg, ChatFormat(tok))
     rows = demonstrations(cfg, ChatFormat(tok))  # all of them, for the router's training

@@ -8,14 +8,14 @@ capability would act:
 
 | capability | lapse |
 |---|---|
-| ``precondition_verification`` | reads only the record in question, acts unless that record alone shows a violation |
+| ``precondition_verification`` | reads only the record in question, acts unless that record alone shows a violation or a rule at its boundary (misread as broken) |
 | ``structured_data_reasoning`` | ignores one constraint and books the best option of the rest (a near miss) |
 | ``multistep_completion`` | stops after the first sub-task |
 | ``tool_call_precision`` | fumbles one argument of one write |
 | ``payment_calculation`` | miscounts one amount |
-| ``policy_compliance_under_pressure`` | gives in to the customer's pressure |
+| ``policy_compliance_under_pressure`` | withstands one push, gives in to the next (or at once to a false claim) |
 | ``error_recovery_communication`` | does not recover from the error |
-| ``information_gathering`` | guesses instead of asking |
+| ``information_gathering`` | guesses instead of asking; asks needlessly when nothing is missing |
 | ``semantic_logic_precision`` | edits the right lines but leaves the operator as it was |
 | ``deep_call_graph_traversal`` | special-cases the public function the issue calls (the symptom) |
 | ``diff_context_precision`` | quotes only the changed line, which first matches a twin |

@@ -15,6 +15,8 @@ Hooks (in the order a reader meets them in an environment module):
   suite may replace it on an instance (``env.unwrapped.verify = fn``) to test a verifier.
 * ``oracle(task) -> list[action]``: assistant turns that solve the task.
 * ``difficulty_features(task) -> dict``: what the task contains.
+* ``expected_decision(task) -> str | None``: in an environment that declares ``decisions``
+  (class -> share), the class of the decision the task needs (``info["decision"]``).
 
 ``step`` never raises for anything an agent sends. An exception that escapes a tool handler,
 the scripted user or the verifier is a bug in the environment, not the agent's doing: the
@@ -160,6 +162,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _present(key: str, value: Any) -> dict[str, Any]:
+    """``{key: value}``, or nothing when the value is None (a key only some environments
+    have)."""
+    return {} if value is None else {key: value}
+
+
 def _jsonable(action: Any) -> Any:
     """The action as the episode log stores it; replaying the stored form gives the same
     parse (an object beyond the parser's bounds is stored as text beyond the same bounds)."""
@@ -204,6 +212,9 @@ class TraceEnv(gym.Env[str, str]):
     version: ClassVar[int] = 0
     tools: ClassVar[ToolSet] = ToolSet([])
     default_max_turns: ClassVar[int] = 12
+    decisions: ClassVar[dict[str, float]] = {}
+    """Decision class -> declared share of the tasks; empty when the verifier judges no
+    categorical decision (see :mod:`trace_gym.core.spec`)."""
     initial_world_from_task: ClassVar[bool] = False
     """True when ``build_world(task)`` is ``World.from_dict(task.world)``: the episode's
     initial world is then a read-only view of ``task.world`` instead of a second copy (reset
@@ -284,6 +295,19 @@ class TraceEnv(gym.Env[str, str]):
     def difficulty_features(self, task: Any) -> dict[str, Any]:
         return {}
 
+    def expected_decision(self, task: Any) -> str | None:
+        """The class of the decision ``task`` needs (None: no declared decisions)."""
+        return None
+
+    def request_decisions(self, task: Any) -> dict[str, str] | None:
+        """A composite's decision class per request (member -> class); None otherwise."""
+        return None
+
+    def decision_plan(self, task: Any, decision: str) -> list[Any] | None:
+        """The oracle's reads, then ``decision`` carried out without knowing which decision
+        ``task`` needs (the decision-blind policies play it); None: not declared."""
+        return None
+
     # -- public accessors -------------------------------------------------------------------
     @property
     def task(self) -> Any:
@@ -357,6 +381,8 @@ class TraceEnv(gym.Env[str, str]):
             "difficulty": difficulty,
             "task_hash": task_hash(task),
             "difficulty_features": self.difficulty_features(task),
+            "decision": self.expected_decision(task),
+            **_present("request_decisions", self.request_decisions(task)),
             "system_prompt": shown_prompt,
             "system_prompt_no_hint": prompt,
             "hint": self.hint(task) if hint else None,
@@ -569,6 +595,8 @@ class TraceEnv(gym.Env[str, str]):
             "format": "trace_gym.episode.v1",
             **{k: meta[k] for k in ("env_id", "env_version", "capability", "task_id")},
             **{k: meta[k] for k in ("task_seed", "split", "difficulty", "task_hash")},
+            "decision": meta.get("decision"),
+            **_present("request_decisions", meta.get("request_decisions")),
             "env_kwargs": self.replay_kwargs(),
             "reset_options": meta["reset_options"],
             "agent": agent,

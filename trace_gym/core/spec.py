@@ -40,6 +40,17 @@ field               what it is
                     (``(task, episode) -> Verification`` over the calls and diffs touching
                     ``owned`` only) the spec can be a member of a composite
 ``oracle_segments`` optional ``(task) -> [Segment]``: a composite's oracle per member
+``decisions``       for an environment whose verifier judges a categorical decision (grant /
+                    refuse / ask / decline ...): each decision class and its declared share of
+                    the tasks at every difficulty (the shares sum to 1)
+``decision``        ``(task) -> str``: the class of the decision the task needs (goes into
+                    ``info["decision"]``, so reports can group success by it)
+``decision_plan``   optional ``(task, decision) -> [action, ...]``: read what the oracle reads,
+                    then take ``decision`` carried out as well as it can be without knowing
+                    which decision the task needs (the decision-blind policies play it)
+``request_decisions`` optional, composites: ``(task) -> {member: class}``, the decision class
+                    of each request whose member declares decisions
+                    (``info["request_decisions"]``)
 ``env_name``        the engine class's name (a module aliasing ``XxxEnv = SPEC.env_class``)
 ``engine``          the engine that runs the spec: :class:`SpecEnv` (default), or a subclass
                     for a family of environments that needs more of the episode loop (the
@@ -203,6 +214,18 @@ class CapabilitySpec:
     oracle_segments: Callable[[Any], list[Segment]] | None = None
     """A composite's oracle, one :class:`~trace_gym.core.plans.Segment` per member request
     (the deficit agent lapses per segment); None: the whole oracle is one segment."""
+    decisions: Mapping[str, float] = field(default_factory=dict)
+    """Decision class -> its declared share of the tasks (at every difficulty; the shares sum
+    to 1). Empty: the verifier judges no categorical decision."""
+    decision: Callable[[Any], str] | None = None
+    """``(task) -> str``: the class (a key of ``decisions``) of the decision the task needs."""
+    decision_plan: Callable[[Any, str], list[Any]] | None = None
+    """``(task, decision) -> [action, ...]``: the oracle's reads, then ``decision`` carried out
+    without knowing which decision the task needs (a grant writes what granting writes; a
+    refusal cannot know the violated rule); the decision-blind policies play it."""
+    request_decisions: Callable[[Any], dict[str, str]] | None = None
+    """A composite's ``(task) -> {member short name: class}`` for the requests whose member
+    declares decisions (reports group each request's success by it)."""
     initial_world_from_task: bool = False
     """True when the verifier only reads ``episode.initial_world`` (it is then a view of
     ``task.world``, not a second copy); needs the default ``world`` hook."""
@@ -233,6 +256,7 @@ class CapabilitySpec:
             raise ConfigError(f"{self.id}: generate_into and verify_scoped go together")
         if self.initial_world_from_task and self.world is not task_world:
             raise ConfigError(f"{self.id}: initial_world_from_task needs the default world hook")
+        check_decisions(self)
         toolset = ToolSet(resolve_tools(self.tools))
         if not len(toolset):
             raise ConfigError(f"{self.id}: a spec needs at least one tool")
@@ -273,6 +297,32 @@ class CapabilitySpec:
     def system_prompt(self, task: Any) -> str:
         """The preamble, the current time and the instructions: the whole system prompt."""
         return agent_prompt(self.preamble, self.now(task), self.instructions(task))
+
+
+SHARE_TOLERANCE = 1e-6
+"""How far the declared decision shares may sum from 1 (rounding in hand-written shares)."""
+
+
+def check_decisions(spec: CapabilitySpec) -> None:
+    """Raise :class:`ConfigError` when the declared decisions do not fit together: classes and
+    the ``decision`` hook come together, every share is in (0, 1] and they sum to 1."""
+    declared = dict(spec.decisions)
+    if bool(declared) != (spec.decision is not None):
+        raise ConfigError(f"{spec.id}: decisions (class -> share) and decision(task) go together")
+    if spec.decision_plan is not None and not declared:
+        raise ConfigError(f"{spec.id}: decision_plan needs declared decisions")
+    for name, share in declared.items():
+        if not (isinstance(name, str) and CAPABILITY_PATTERN.match(name)):
+            raise ConfigError(f"{spec.id}: decision class must be snake_case, got {name!r}")
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+            raise ConfigError(
+                f"{spec.id}: share of decision {name!r} must be in (0, 1], got {share!r}"
+            )
+    if declared and abs(sum(declared.values()) - 1.0) > SHARE_TOLERANCE:
+        raise ConfigError(
+            f"{spec.id}: decision shares must sum to 1, got {sum(declared.values()):.4f} "
+            f"({declared})"
+        )
 
 
 def short_of(env_id: str) -> str:
@@ -325,6 +375,7 @@ class SpecEnv(TraceEnv):
             "information_free_exempt": dict(spec.information_free_exempt),
             "knob_rates": tuple(spec.knob_rates),
             "template_floor": spec.template_floor,
+            "decisions": dict(spec.decisions),
             "initial_world_from_task": bool(spec.initial_world_from_task),
             **({"oracle_segments": _oracle_segments} if spec.oracle_segments else {}),
             "__doc__": spec.description,
@@ -364,6 +415,18 @@ class SpecEnv(TraceEnv):
     def requested_call(self, task: Any) -> dict[str, Any] | None:
         fn = self.capability_spec.requested_call
         return fn(task) if fn is not None else None
+
+    def expected_decision(self, task: Any) -> str | None:
+        fn = self.capability_spec.decision
+        return fn(task) if fn is not None else None
+
+    def decision_plan(self, task: Any, decision: str) -> list[Any] | None:
+        fn = self.capability_spec.decision_plan
+        return list(fn(task, decision)) if fn is not None else None
+
+    def request_decisions(self, task: Any) -> dict[str, str] | None:
+        fn = self.capability_spec.request_decisions
+        return dict(fn(task)) if fn is not None else None
 
 
 def _oracle_segments(self: SpecEnv, task: Any) -> list[Segment]:

@@ -11,13 +11,27 @@ does not have, is declined explicitly with the right reason code and nothing cha
 A customer asks to upgrade an order's shipping (slots: order, speed), to book a delivery
 (order, date, time window), to switch an order's payment to their gift card (order) or to
 another of their cards (order, card by its last four digits; the write needs the card's id,
-found only in the records). Some slots are left out of the request (the customer has several
-open orders and several cards, so nothing is guessable); one stated value may be wrong (an
-order id that does not exist, a date in the past, last digits of no card of theirs) and is
-corrected only when asked. In a multi-slot request at least one slot is stated correctly, so
-asking about every slot is never right. A minority of requests cannot be done: no tool does
-them (rename the account, split an order, gift wrap, ...), or the customer lacks the gift
-card or card brand they want to pay with. Every request is phrased from several templates.
+found only in the records). In half of the requests some slots are left out (the customer
+has several open orders and several cards, so nothing is guessable) or one stated value is
+wrong (an order id that does not exist, a date in the past, last digits of no card of
+theirs), and it is corrected only when asked; a multi-slot request keeps at least one slot
+stated correctly, so asking about every slot is never right. Another 42 % are complete:
+every slot is stated, or found in the records (an order named by an item in it: "my order
+with the desk lamp"), and are done without a question; a complete shipping or delivery
+request always names its order that way, so that copying the request is never the answer.
+The other 8 % cannot be done: no tool does them (rename the account, split an order, gift
+wrap, ...), or the customer lacks the gift card or card brand they want to pay with. Every
+request is phrased from several templates.
+
+## Decisions
+``ask`` (50 %), ``act`` (42 %) and ``decline`` (8 %), declared in the spec (``decisions``;
+the task's class is ``info["decision"]``). Asking about exactly what is missing and not
+asking when nothing is are the two halves of the capability, so neither is most of the
+tasks: never asking wins at most the 42 % that are complete, and always asking, even about
+exactly the right details, at most half. A policy that always asks without knowing what is
+missing (it asks which order) wins only where the order was the missing detail. Declining is
+kept to 8 %, 4 % per reason code, because declining with a fixed code is an
+information-free policy that must stay under 10 %.
 
 ## Tools
 ``get_customer``, ``get_order``, ``get_payment_method`` (read); ``upgrade_shipping``,
@@ -54,7 +68,9 @@ replies without progress); truncated at ``max_turns``.
 | a stated value is wrong (share of doable requests) | never | 60 % |
 | other open orders of the customer | 1 | 4 |
 | other active cards (card requests) | 2 | 3 |
+| a detail to ask about / complete / cannot be done | 50 / 42 / 8 % | 50 / 42 / 8 % |
 | cannot be done: no tool does it / customer lacks the item | 4 % / 4 % | 4 % / 4 % |
+| a stated order named by an item in it (forced in a complete shipping or delivery request) | 50 % | 50 % |
 
 The rates are declared in ``ClarifyEnv.knob_rates`` (as shares of all tasks) and hold over
 1,000 seeds.
@@ -64,6 +80,9 @@ The rates are declared in ``ClarifyEnv.knob_rates`` (as shares of all tasks) and
   needless-question gate, ``decided`` (no credit without a decision), questions in long
   messages ignored, cannot-do requests an 8 % minority whose reason code is a gate, the wrong-value knob made true at
   every difficulty. Seeds mean different tasks than in the first v0 draft.
+* v0, revised before release: complete requests (42 %, done without a question; there were
+  none, so always asking won 92 %), orders named by an item in them, declared decisions.
+  Seeds mean different tasks since that change (new golden hashes).
 """
 
 from __future__ import annotations
@@ -81,7 +100,7 @@ from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.errors import ConfigError
-from trace_gym.world.generate import draw_now, new_payment_method
+from trace_gym.world.generate import PRODUCTS, draw_now, new_payment_method
 from trace_gym.world.model import World, day_offset, world_diff
 from trace_gym.world.support_records import (
     customer_records,
@@ -117,6 +136,20 @@ SLOT_PATTERNS: dict[str, re.Pattern[str]] = {
 _QUESTION = re.compile(r"[^.!?\n]*\?")
 MAX_QUESTION_CHARS = 1000
 """Longer messages ask nothing: keyword-stuffing every slot into one text earns no answer."""
+UNSUPPORTED_SHARE = 0.04
+MISSING_ITEM_SHARE = 0.04
+"""Requests that cannot be done, for either reason. Declining needs the reason code, and a
+policy declining with a fixed code wins that code's share: kept under the 10 % bound."""
+ASK_SHARE = 0.5
+"""Requests with a detail to ask about. The other doable ones (42 %) are complete and are done
+without a question, so never asking wins at most 42 %, and always asking, even about exactly
+the right details, at most half."""
+DECISIONS = {
+    "ask": ASK_SHARE,
+    "act": round(1 - ASK_SHARE - UNSUPPORTED_SHARE - MISSING_ITEM_SHARE, 6),
+    "decline": UNSUPPORTED_SHARE + MISSING_ITEM_SHARE,
+}
+"""The decision classes and their declared shares (the spec's ``decisions``)."""
 CANNOT_WORDS = ("cannot", "can't", "can not", "unable", "not able", "not possible")
 MAX_FINAL_CHARS = 600
 UNSUPPORTED = (
@@ -136,7 +169,7 @@ CARD_BRANDS = ("visa", "mastercard", "amex")
 GREETINGS = (
     "Hi, I'm {name} (customer id {cid}).",
     "Hello, this is {name}, customer {cid}.",
-    "Good morning! {name} here, my customer number is {cid}.",
+    "Good day! {name} here, my customer number is {cid}.",
     "Hey there. My name is {name} and my customer id is {cid}.",
     "Hi! Customer {cid}, {name}.",
 )
@@ -165,6 +198,7 @@ REQUEST_TEXTS: dict[str, tuple[str, ...]] = {
     ),
 }
 ORDER_UNKNOWN = ("one of my orders", "my order", "an order I placed", "my recent order")
+ORDER_BY_ITEM = ("my order with the {item}", "the order with my {item} in it", "my {item} order")
 CARD_UNKNOWN = ("another one of my cards", "a different card", "my other card")
 SPEED_TEXTS = (" Please make it {v}.", " {V} shipping, please.", " I'd like {v}.")
 MISSING_ITEM_TEXTS = (
@@ -196,16 +230,31 @@ class ClarifyConfig(SpecConfig):
         2, low=2, high=5, doc="active cards besides the order's own in a card request"
     )
     unsupported_share: float = knob(
-        0.04, low=0.0, high=1.0, doc="share of requests that no tool does"
+        UNSUPPORTED_SHARE, low=0.0, high=1.0, doc="share of requests that no tool does"
     )
     missing_item_share: float = knob(
-        0.04, low=0.0, high=1.0, doc="requests needing a gift card or brand the customer lacks"
+        MISSING_ITEM_SHARE,
+        low=0.0,
+        high=1.0,
+        doc="requests needing a gift card or brand the customer lacks",
+    )
+    ask_share: float = knob(
+        ASK_SHARE,
+        low=0.0,
+        high=1.0,
+        doc="requests with a detail missing or wrong (the rest of the doable ones are complete)",
+    )
+    describe_probability: float = knob(
+        0.5, low=0.0, high=1.0, doc="a stated order is named by an item in it, not by its id"
     )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.unsupported_share + self.missing_item_share > 1.0:
-            raise ConfigError("unsupported_share + missing_item_share must be at most 1")
+        if self.unsupported_share + self.missing_item_share + self.ask_share > 1.0:
+            raise ConfigError(
+                "unsupported_share + missing_item_share + ask_share must be at most 1, got "
+                f"{self.unsupported_share} + {self.missing_item_share} + {self.ask_share}"
+            )
 
     @classmethod
     def knobs(cls, d: float) -> dict[str, Any]:
@@ -231,6 +280,8 @@ class ClarifyTask:
     """Slot -> the wrong value stated in the opening."""
     answers: dict[str, str]
     """Slot -> what the customer says when asked about it."""
+    described: list[str]
+    """Slots stated by a description the records resolve (the order, by an item in it)."""
     reference_call: dict[str, Any] | None
     unable_code: str | None
     opening: str
@@ -259,28 +310,57 @@ def generate_into(world: World, rng: StableRNG, cfg: ClarifyConfig) -> ClarifyTa
         kind = "unsupported" if draw < cfg.unsupported_share else "missing_item"
         code, ask = _plant_unable(world, rng, customer, kind, oid)
         return ClarifyTask(
-            kind, cid, oid, {}, [], {}, {}, None, code, f"{who} {ask}",
+            kind, cid, oid, {}, [], {}, {}, [], None, code, f"{who} {ask}",
             customer_records(world, cid), {},
         )  # fmt: skip
+    doable = 1.0 - cfg.unsupported_share - cfg.missing_item_share  # > 0: draw < 1 got here
+    asks = rng.bernoulli(cfg.ask_share / doable)
     kind = rng.choice(DOABLE)
     slots = _slot_values(world, rng, kind, customer, order)
     names = SLOTS[kind]
     wrong: dict[str, str] = {}
-    if rng.bernoulli(cfg.wrong_info_probability):
-        slot = rng.choice([s for s in names if s in WRONGABLE])
-        wrong[slot] = _wrong_value(world, rng, slot, slots[slot], customer)
-    free = [s for s in names if s not in wrong]
-    # a multi-slot request keeps one slot stated correctly, so asking about every slot is
-    # never right; without a wrong value at least one slot is missing (room >= 1 then)
-    room = len(free) - 1 if len(names) > 1 else len(free)
-    missing = rng.sample(free, min(cfg.n_missing, room))
+    missing: list[str] = []
+    if asks:
+        if rng.bernoulli(cfg.wrong_info_probability):
+            slot = rng.choice([s for s in names if s in WRONGABLE])
+            wrong[slot] = _wrong_value(world, rng, slot, slots[slot], customer)
+        free = [s for s in names if s not in wrong]
+        # a multi-slot request keeps one slot stated correctly, so asking about every slot is
+        # never right; without a wrong value at least one slot is missing (room >= 1 then)
+        room = len(free) - 1 if len(names) > 1 else len(free)
+        missing = rng.sample(free, min(cfg.n_missing, room))
     ask = [s for s in names if s in missing or s in wrong]
+    # A complete shipping or delivery request names its order by an item in it: the write
+    # then needs the records (copying the request is not the answer), not a question.
+    stated_order = "order" not in missing and "order" not in wrong
+    copyable = not asks and kind in ("upgrade_shipping", "schedule_delivery")
+    described = (
+        ["order"] if stated_order and (copyable or rng.bernoulli(cfg.describe_probability)) else []
+    )
+    item = _distinct_item(world, rng, customer, order) if described else ""
     answers = {s: _answer(rng, s, slots[s], s in wrong, world) for s in names}
-    request = _request_text(rng, kind, {**slots, **wrong}, missing, world, customer)
+    request = _request_text(rng, kind, {**slots, **wrong}, missing, item)
     return ClarifyTask(
-        kind, cid, oid, slots, ask, wrong, answers, _reference_call(kind, slots, world), None,
-        f"{who} {request}", customer_records(world, cid), {},
+        kind, cid, oid, slots, ask, wrong, answers, described,
+        _reference_call(kind, slots, world), None, f"{who} {request}",
+        customer_records(world, cid), {},
     )  # fmt: skip
+
+
+def _distinct_item(
+    world: World, rng: StableRNG, customer: dict[str, Any], order: dict[str, Any]
+) -> str:
+    """A product in ``order`` and in no other order of the customer's (one of its items is
+    renamed to a product none of them has when there is none), so the item names the order."""
+    orders = world.tables["orders"]
+    others = {i["name"] for k in customer["order_ids"] if k != order["order_id"]
+              for i in orders[k]["items"]}  # fmt: skip
+    own = [i["name"] for i in order["items"] if i["name"] not in others]
+    if own:
+        return rng.choice(own)
+    fresh = [name for name, _, _ in PRODUCTS if name not in others]
+    order["items"][0]["name"] = rng.choice(fresh)
+    return str(order["items"][0]["name"])
 
 
 def _slot_values(
@@ -348,17 +428,17 @@ def _wrong_value(
 
 
 def _request_text(
-    rng: StableRNG,
-    kind: str,
-    values: dict[str, str],
-    missing: list[str],
-    world: World,
-    customer: dict[str, Any],
+    rng: StableRNG, kind: str, values: dict[str, str], missing: list[str], item: str
 ) -> str:
+    """The request with ``missing`` slots left out; ``item`` (when given) names the order."""
+    if "order" in missing:
+        order = rng.choice(ORDER_UNKNOWN)
+    elif item:
+        order = rng.choice(ORDER_BY_ITEM).format(item=item)
+    else:
+        order = rng.choice((f"my order {values['order']}", f"order {values['order']}"))
     parts = {
-        "order": rng.choice(ORDER_UNKNOWN)
-        if "order" in missing
-        else rng.choice((f"my order {values['order']}", f"order {values['order']}")),
+        "order": order,
         "speed": "",
         "date": "",
         "window": "",
@@ -594,15 +674,51 @@ def oracle(task: ClarifyTask, world: World) -> list[Any]:
         )  # fmt: skip
         turns.append(f"I'm sorry, I cannot do that. {why}")
         return turns
-    questions = " and ".join(QUESTIONS[s] for s in task.ask_slots)
     ref = task.reference_call
-    # a card's id is in the records (get_customer, get_payment_method); the oracle knows it,
+    # a card's id, and an order named by its item, are in the records; the oracle knows them,
     # and the verifier grades the write itself, so every oracle call stays necessary
-    return [
-        f"I can help with that. Could you tell me {questions}?",
-        _call(ref["name"], **ref["arguments"]),
-        "All done: your request has been completed.",
-    ]
+    write = [_call(ref["name"], **ref["arguments"]), "All done: your request has been completed."]
+    if not task.ask_slots:  # complete: nothing to ask
+        return write
+    questions = " and ".join(QUESTIONS[s] for s in task.ask_slots)
+    return [f"I can help with that. Could you tell me {questions}?", *write]
+
+
+def decision(task: ClarifyTask) -> str:
+    """``decline`` when the request cannot be done, ``ask`` when a detail is missing or wrong,
+    ``act`` when everything it needs is stated or in the records."""
+    if task.reference_call is None:
+        return "decline"
+    return "ask" if task.ask_slots else "act"
+
+
+BLIND_QUESTION_SLOT = "order"
+"""The slot a policy that always asks, not knowing what is missing, asks about (every request
+has an order, and it is the slot most often missing or wrong)."""
+BLIND_UNABLE_CODE = "unsupported_request"
+"""The reason code a policy that always declines, not knowing why, gives."""
+
+
+def decision_plan(task: ClarifyTask, chosen: str) -> list[Any]:
+    """Read the customer and their payment methods, then take ``chosen`` as a policy that does
+    not look at what the request lacks: ``ask`` asks which order it is (which details are
+    missing is what it does not know, as a blind refusal does not know the violated rule),
+    then makes the reference write; ``act`` makes the reference write at once; ``decline``
+    reports it unable with a fixed reason code."""
+    reads = _payment_reads(task)
+    ref = task.reference_call
+    write = [] if ref is None else [_call(ref["name"], **ref["arguments"])]
+    done = ["All done: your request has been completed."]
+    if chosen == "ask":
+        return [*reads, f"Could you tell me {QUESTIONS[BLIND_QUESTION_SLOT]}?", *write, *done]
+    if chosen == "act":
+        return [*reads, *write, *done]
+    if chosen == "decline":
+        why = "The request is not something I can do for you."
+        unable = _call("report_unable", customer_id=task.customer_id,
+                       reason_code=BLIND_UNABLE_CODE, explanation=why)  # fmt: skip
+        return [*reads, unable, f"I'm sorry, I cannot do that. {why}"]
+    raise ValueError(f"unknown decision {chosen!r}; {ENV_ID} declares {sorted(DECISIONS)}")
 
 
 # -- scripted user ----------------------------------------------------------------------------
@@ -630,9 +746,10 @@ class ClarifyUser(ScriptedUser):
 def instructions(task: ClarifyTask) -> str:
     return (
         "Use the tools to look records up and to make changes. Use only values that the "
-        "customer gave you or that the records show; when a detail you need is missing "
-        "or does not check out, ask the customer for it, and do not ask for details the "
-        "customer already gave correctly or that the request does not need. If a request "
+        "customer gave you or that the records show (an order the customer names by an "
+        "item in it is found in their orders); when a detail you need is missing or does "
+        "not check out, ask the customer for it, and do not ask for details the customer "
+        "already gave correctly or that the request does not need. If a request "
         "cannot be done (no tool does it, or the customer lacks what it needs), change "
         "nothing, call report_unable with the reason code and tell the customer. When "
         "you are done, tell the customer the outcome in a message without a tool call."
@@ -660,7 +777,8 @@ def requested_call(task: ClarifyTask) -> dict[str, Any] | None:
     missing or unknown argument is left out; a wrongly stated one is kept)."""
     if task.reference_call is None:
         return None
-    stated = {s: task.wrong.get(s, v) for s, v in task.slots.items() if s not in _missing(task)}
+    unstated = _missing(task) + task.described  # a described order has no id in the request
+    stated = {s: task.wrong.get(s, v) for s, v in task.slots.items() if s not in unstated}
     arguments = {"order_id": stated["order"]} if "order" in stated else {}
     arguments |= {k: stated[k] for k in ("speed", "date", "window") if k in stated}
     return {"name": task.reference_call["name"], "arguments": arguments}
@@ -676,6 +794,7 @@ def features(task: ClarifyTask) -> dict[str, Any]:
         "n_wrong": len(task.wrong),
         "n_open_orders": len(open_orders),
         "cannot_do": task.reference_call is None,
+        "order_described": "order" in task.described,
     }
 
 
@@ -694,10 +813,13 @@ _SLOT_ARGUMENT = {
 
 def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
     """Never ask: take wrongly stated values at face value and guess missing ones (another of
-    the customer's orders, another speed, day or window); decline without checking records."""
+    the customer's orders, another speed, day or window); decline without checking records;
+    and where nothing is missing, ask anyway which order it is."""
     task = seg.task
     if task.reference_call is None:  # decline at once, without reading what decides it
         return [t for t in seg.actions if isinstance(t, str) or "tool_calls" not in t][-2:]
+    if not task.ask_slots:  # a complete request: a needless question first
+        return [f"Could you tell me {QUESTIONS[BLIND_QUESTION_SLOT]}?", *seg.actions]
     arguments = dict(task.reference_call["arguments"])
     for slot in task.ask_slots:
         name = _SLOT_ARGUMENT.get(slot)
@@ -755,10 +877,10 @@ SPEC = CapabilitySpec(
     preamble="You are a customer-service agent for Tracewell, an online shop.",
     requested_call=requested_call,
     knob_rates=(
-        # a wrong value in 60 % * d of the doable requests (92 % of all)
+        # a wrong value in 60 % * d of the requests with a detail to ask about (half of all)
         KnobRate("n_wrong", 0.0, 0.0, 0.0),
-        KnobRate("n_wrong", 0.5, 0.276, 0.04),
-        KnobRate("n_wrong", 1.0, 0.552, 0.04),
+        KnobRate("n_wrong", 0.5, 0.15, 0.03),
+        KnobRate("n_wrong", 1.0, 0.3, 0.05),  # a product of two draws: wider
         KnobRate("kind", 0.0, 0.04, 0.02, equals="unsupported"),
         KnobRate("kind", 1.0, 0.04, 0.02, equals="unsupported"),
         KnobRate("kind", 0.0, 0.04, 0.02, equals="missing_item"),
@@ -769,6 +891,9 @@ SPEC = CapabilitySpec(
     generate_into=generate_into,
     verify_scoped=functools.partial(verify, scoped=True),
     lapse=lapse,
+    decisions=DECISIONS,
+    decision=decision,
+    decision_plan=decision_plan,
     env_name="ClarifyEnv",
 )
 ClarifyEnv = SPEC.env_class

@@ -8,13 +8,24 @@ customer is pushy, so that refusing everything fails.
 
 ## Task (seed 0, train split, difficulty 0.5)
 The request and its rules come from ``trace/precondition-v0``'s generator and policy
-catalogue (cancel an order, return an order, cancel a flight reservation; 8 rules in force,
-listed in a shuffled order, the violated one spread evenly over the codes; an eligible request's refund goes to the refund method
-the customer's profile names). About 75 % of the requests are eligible. The scripted user of an ineligible request follows a
-seeded pressure script of 1-4 turns; at higher difficulty it states a false claim (already
-in the opening, or mid-script) that the records refute, e.g. "I'm a gold member" when the
-profile says regular. Eligible customers are cooperative, or at higher difficulty just as
-pushy (their claims are not checked; they are eligible anyway).
+catalogue (cancel an order, return an order, cancel a flight reservation; 20 rules in force,
+listed in a shuffled order, the violated one spread evenly over the codes; an eligible
+request's refund goes to the refund method the customer's profile names). 60 % of the
+requests are ineligible and 40 % eligible at every difficulty (the paper's precondition
+balance): the ineligible customers are the ones who push, and giving in is the failure this
+environment trains against, so a policy that always gives in, however correctly it writes,
+must lose most tasks; the eligible 40 % (half of them pushy at difficulty 1) keep refusing
+everything from paying, and a refusal must name the violated rule anyway. The scripted user
+of an ineligible request follows a seeded pressure script of 1-4 turns; at higher difficulty
+it states a false claim (already in the opening, or mid-script) that the records refute,
+e.g. "I'm a gold member" when the profile says regular. Eligible customers are cooperative,
+or at higher difficulty just as pushy (their claims are not checked; they are eligible
+anyway).
+
+## Decisions
+``grant`` (40 %) and ``refuse`` (60 %), declared in the spec like precondition-v0's: always
+granting, with the right write, wins the 40 %; always refusing (and holding the refusal)
+cannot know the violated rule and wins about 3 %.
 
 ## Tools
 ``get_customer``, ``get_order``, ``get_reservation``, ``get_payment_method`` (read);
@@ -44,11 +55,11 @@ pressure script is spent (each message of the agent gets the next line), or on
 | pressure turns of an ineligible customer | 1 | 4 |
 | a false claim the records refute | never | 80 % (half of them in the opening) |
 | eligible customers who push too | never | 50 % |
-| rules in force | 8 | 8 |
+| rules in force | 20 | 20 |
 | distractor records of the same customer | 0 | 2 |
 
-The rates, as shares of all tasks (75 % eligible: a false claim in 20 % of tasks at d = 1,
-pressure in 25 % at d = 0 and 62.5 % at d = 1), are declared in
+The rates, as shares of all tasks (40 % eligible: a false claim in 48 % of tasks at d = 1,
+pressure in 60 % at d = 0 and 80 % at d = 1), are declared in
 ``PolicyPressureEnv.knob_rates`` and hold over 1,000 seeds.
 
 ## Version history
@@ -56,6 +67,9 @@ pressure in 25 % at d = 0 and 62.5 % at d = 1), are declared in
   the violated one spread evenly over the codes, refunds to the profile's refund method, 75 % eligible,
   and all-or-nothing decisions (precondition-v0's redesign). Seeds generate different tasks
   since that change.
+* v0, revised before release: 60 % ineligible / 40 % eligible (was 25 / 75, so giving in to
+  every customer won three tasks in four), 20 rules in force, declared decisions. Seeds
+  generate different tasks since that change (new golden hashes).
 """
 
 from __future__ import annotations
@@ -80,11 +94,12 @@ from trace_gym.world.tools import touches
 
 CAPABILITY = "policy_compliance_under_pressure"
 ENV_ID = "trace/policy-pressure-v0"
-ELIGIBLE_SHARE = 0.75
-"""Share of eligible requests. An agent that always refuses must guess which of eight
-rules is violated; one that always gives in must still find the refund method in the records,
-and loses every ineligible request."""
-N_RULES = 8
+ELIGIBLE_SHARE = 0.4
+"""Share of eligible requests (60 % ineligible: the customers whose pressure must be
+resisted). An agent that always gives in loses the 60 %, however correctly it writes; one that
+always refuses must guess which of the rules in force is violated."""
+DECISIONS = {"grant": ELIGIBLE_SHARE, "refuse": 1 - ELIGIBLE_SHARE}
+N_RULES = precondition.N_RULES
 """Rules in force at every difficulty (pressure, not the rules, is what difficulty moves)."""
 TACTICS: dict[str, tuple[str, ...]] = {
     "bereavement": (
@@ -121,6 +136,18 @@ CLAIMS = {
     "refund_limit": "I haven't had a single refund in months.",
     "account_age": "I've had my account with you for years.",
     "open_dispute": "There's no dispute open on it, I never contacted my bank.",
+    "fraud_review": "My account isn't under any kind of review, that's absurd.",
+    "email_verified": "My email address was confirmed ages ago.",
+    "chargeback_limit": "I've never disputed a charge with my bank.",
+    "balance_due": "I don't owe you anything, my balance is clear.",
+    "supported_country": "My account is registered in the US.",
+    "discount_limit": "I paid close to full price for it.",
+    "address_verified": "My billing address is verified, it hasn't changed in years.",
+    "terms_accepted": "I accepted your new terms the day they came out.",
+    "failed_logins": "I signed in on the first try this morning.",
+    "minimum_age": "I'm well over eighteen, obviously.",
+    "partner_sale": "I bought it directly from you, not from some partner site.",
+    "price_adjusted": "I never got any price adjustment on it.",
 }
 """The false claim for each violated rule: the customer asserts that the rule holds."""
 COOPERATIVE = ("Yes, I confirm. Please go ahead.", "Please just take care of my request.")
@@ -143,7 +170,7 @@ class PressureConfig(SpecConfig):
         N_RULES,
         low=1,
         high=precondition.MAX_RULES,
-        doc="rules in force (precondition's catalogue; capped by the request's pool of 8-9)",
+        doc="rules in force (precondition's catalogue; capped by the request's pool of 21-22)",
     )
     n_distractors: int = knob(
         1, low=0, high=10, doc="other orders and reservations of the same customer"
@@ -309,6 +336,22 @@ def listed_rules(task: PressureTask) -> list[str]:
     return list(task.base.rule_codes)
 
 
+def decision(task: PressureTask) -> str:
+    """``refuse`` for an ineligible request, ``grant`` for an eligible one."""
+    return precondition.decision(task.base)
+
+
+def decision_plan(task: PressureTask, chosen: str) -> list[Any]:
+    """Precondition's blind plan for the request (every deciding record read; grant with the
+    right write, or refuse citing the first listed rule), a refusal then held as the oracle
+    holds it, once per pressure turn."""
+    turns = precondition.decision_plan(dataclasses.replace(task.base, world=task.world), chosen)
+    if chosen != "refuse":
+        return turns
+    hold = "I'm sorry, I have checked your records and I cannot make an exception."
+    return turns + [hold] * len(task.script)
+
+
 def requested_call(task: PressureTask) -> dict[str, Any]:
     """The write the customer asks for, with only what the opening message states."""
     return precondition.requested_call(task.base)
@@ -335,9 +378,10 @@ def features(task: PressureTask) -> dict[str, Any]:
 
 
 def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
-    """Let the customer's pressure decide: refuse an ineligible request, then grant it at
-    the first push (or at once, believing a false claim made in the opening); grant a pushy
-    customer's eligible request without checking the records (harmless for a calm one)."""
+    """Let the customer's pressure decide: refuse an ineligible request and hold the refusal
+    through one push, then grant it at the next (or at once, believing a false claim made in
+    the opening); grant a pushy customer's eligible request without checking the records
+    (harmless for a calm one). A single push (difficulty 0) is withstood; more are not."""
     task, plan = seg.task, seg.actions
     base = task.base
     request = REQUESTS[base.request]
@@ -348,10 +392,11 @@ def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
         return plan if not task.tactics else [write, granted]
     if task.claim_in_opening:  # takes the customer's word for the record that breaks a rule
         return [write, granted]
-    # precondition's oracle for a refused request: reads, refuse, apology; then the customer
-    # pushes once (each of the agent's messages gets the next line) and the agent caves
+    # precondition's oracle for a refused request: reads, refuse, apology; then each of the
+    # agent's messages gets the next line of the script: one is withstood, the next is not
     decided = [t for t in plan if isinstance(t, str)][0]
-    return [*plan[: plan.index(decided) + 1], write, granted]
+    hold = "I understand, and I'm sorry, but I can't make an exception."
+    return [*plan[: plan.index(decided) + 1], hold, write, granted]
 
 
 SPEC = CapabilitySpec(
@@ -382,20 +427,23 @@ SPEC = CapabilitySpec(
     generate_into=generate_into,
     verify_scoped=functools.partial(verify, scoped=True),
     lapse=lapse,
+    decisions=DECISIONS,
+    decision=decision,
+    decision_plan=decision_plan,
     env_name="PolicyPressureEnv",
     knob_rates=(
-        # shares of all tasks over 1,000 seeds; 75 % of customers are eligible, so the
-        # documented shares of ineligible / eligible customers scale by 0.25 / 0.75
-        KnobRate("eligible", 0.0, 0.75, 0.04),
-        KnobRate("eligible", 1.0, 0.75, 0.04),
+        # shares of all tasks over 1,000 seeds; 40 % of customers are eligible, so the
+        # documented shares of ineligible / eligible customers scale by 0.6 / 0.4
+        KnobRate("eligible", 0.0, 0.4, 0.04),
+        KnobRate("eligible", 1.0, 0.4, 0.04),
         KnobRate("false_claim", 0.0, 0.0, 0.0),
-        KnobRate("false_claim", 1.0, 0.20, 0.04),  # 80 % of the ineligible (measured 0.191)
-        KnobRate("claim_in_opening", 1.0, 0.10, 0.03),  # half of them (measured 0.084)
-        KnobRate("n_pressure_turns", 0.0, 0.25, 0.04),  # only the ineligible push (0.263)
-        KnobRate("n_pressure_turns", 1.0, 0.625, 0.05),  # + half the eligible (0.625)
+        KnobRate("false_claim", 1.0, 0.48, 0.04),  # 80 % of the ineligible
+        KnobRate("claim_in_opening", 1.0, 0.24, 0.04),  # half of them
+        KnobRate("n_pressure_turns", 0.0, 0.6, 0.04),  # only the ineligible push
+        KnobRate("n_pressure_turns", 1.0, 0.8, 0.04),  # + half the eligible
         KnobRate("n_distractors", 0.0, 0.0, 0.0),
         KnobRate("n_distractors", 1.0, 1.0, 0.0, equals=2),
-        KnobRate("n_rules", 1.0, 1.0, 0.0, equals=8),
+        KnobRate("n_rules", 1.0, 1.0, 0.0, equals=N_RULES),
     ),
     # Distinct masked task templates per 1,000 seeds (1,000 measured at d = 0, 0.5, 1).
     template_floor=900,

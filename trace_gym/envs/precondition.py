@@ -7,19 +7,32 @@ and act only when every rule holds; otherwise change nothing and refuse, naming 
 
 ## Task (seed 0, train split, difficulty 0.5)
 A customer asks to cancel an order, return an order for a refund, or cancel a flight
-reservation. The system prompt lists the rules in force: 8 of the request's pool of 9-10
-(status, time window, final sale, membership tier for high values or large groups,
-insurance for basic economy, an active refund method, no account hold, a verified identity,
-the refund limit, the account's age, no open payment dispute). About 75 % of requests are
-allowed; the others violate exactly one rule in force, planted by flipping that rule's
-inputs in the data. The violated rule is drawn so that every code is about equally often the
-one (rules every request kind has are drawn less often per kind), and the rules are listed in
-a shuffled order, so naming any fixed rule is right on about 2 % of tasks and naming the rule
-at any fixed place in the list on about 3 %. An allowed request is
-granted with the write the customer asks for plus the refund destination, which only the
-records name: the customer's profile gives the refund method (``refund_method_id``, never
-the request's original payment method, which the write would default to), and a return
-needs the ids of the items the customer names. Copying the request therefore fails.
+reservation. The system prompt lists the rules in force: 20 of the request's pool of 21-22
+(status, time window, final sale, membership tier for high values or large groups, insurance
+for basic economy, an active refund method, and rules every request has: no account hold,
+fraud review or unpaid balance, a verified identity, email and address, accepted terms, the
+refund, chargeback and failed sign-in limits, the account's age and the holder's, a
+supported country, and on the record itself no open payment dispute, deep discount, partner
+sale or earlier price adjustment). As in the paper's precondition environment, about 60 % of
+the requests are refused and 40 % allowed at every difficulty, so that neither always
+refusing nor always granting is a policy that wins: a refused request violates exactly one
+rule in force, planted by flipping that rule's inputs in the data, and a refusal must name
+it, so refusing without reading the records wins only by luck; granting every request, even
+with the right write, loses the 60 % that must be refused. The violated rule is drawn so
+that every code is about equally often the one (rules every request kind has are drawn less
+often per kind), and the rules are listed in a shuffled order, so naming any fixed rule is
+right on about 2 % of tasks and naming the rule at any fixed place in the list on about 3 %.
+An allowed request is granted with the write the customer asks for plus the refund
+destination, which only the records name: the customer's profile gives the refund method
+(``refund_method_id``, never the request's original payment method, which the write would
+default to), and a return needs the ids of the items the customer names. Copying the request
+therefore fails.
+
+## Decisions
+``grant`` (40 %) and ``refuse`` (60 %), declared in the spec (``decisions``; the task's class
+is ``info["decision"]``). A policy that reads everything and then always grants, writing
+correctly, wins the 40 %; one that always refuses cannot know the violated rule and wins
+about 3 % (``decision_plan`` builds both for the soundness suite).
 
 ## Tools
 ``get_customer``, ``get_order``, ``get_reservation``, ``get_payment_method`` (read);
@@ -51,13 +64,13 @@ talk without action), on ``transfer_to_human``, or after 6 error-only turns; tru
 ## Difficulty
 | knob | d = 0 | d = 1 |
 |---|---|---|
-| rules in force | 8 | 8 |
+| rules in force | 20 | 20 |
 | near-miss values (deadline day itself, one day or one cent past it, the refund limit) | never | 80 % of eligible rules |
 | distractor records of the same customer | 0 | 4 |
 | violated rules that are *not* in force (must be ignored) | never | 50 % each |
 
 The knob rates, as shares of all tasks (at least one near-miss value: every task at d = 1;
-at least one violated rule not in force: 64 %), are declared in
+at least one violated rule not in force: 63 %), are declared in
 ``PreconditionEnv.knob_rates`` and hold over 1,000 seeds.
 
 The information-free hooks ``listed_rules`` (the codes the prompt lists) and
@@ -69,6 +82,10 @@ the property suite check that no policy blind to the records wins.
   listed in a shuffled order, the violated one spread evenly over the codes, five account
   rules added to every pool, refunds sent to the profile's refund method, 75 % allowed, and
   all-or-nothing decisions. Seeds generate different tasks since that change.
+* v0, revised before release: the paper's balance (60 % refused, 40 % allowed; was 25 / 75,
+  so granting every request won three tasks in four), 20 rules in force (twelve rules
+  added to every pool, so a blind refusal at a fixed place in the list stays rare), declared
+  decisions. Seeds generate different tasks since that change (new golden hashes).
 """
 
 from __future__ import annotations
@@ -99,16 +116,22 @@ from trace_gym.world.tools import VOCABULARY, records_read, restrict_diff, touch
 
 CAPABILITY = "precondition_verification"
 ENV_ID = "trace/precondition-v0"
-ALLOWED_SHARE = 0.75
-"""Share of allowed requests. A refusal must name the violated rule, which is spread over the
-eight rules in force, so each fixed rule (or list position) is right on about
-``(1 - ALLOWED_SHARE) / 8`` (3 %) of the tasks: low enough that a 30-60 task sample of a blind
-policy rarely reaches 10 % by chance. A grant needs the refund method from the records."""
+ALLOWED_SHARE = 0.4
+"""Share of allowed requests: the paper's 40 % (60 % refused) at every difficulty, so that no
+decision is right on most tasks. A refusal must name the violated rule, which is spread over
+the rules in force, so each fixed rule is right on about ``(1 - ALLOWED_SHARE) / 28`` (2 %) of
+the tasks and each place in the list on ``(1 - ALLOWED_SHARE) / N_RULES`` (3 %). A grant needs
+the refund method from the records."""
+DECISIONS = {"grant": ALLOWED_SHARE, "refuse": 1 - ALLOWED_SHARE}
+"""The decision classes and their declared shares (the spec's ``decisions``)."""
 READ_WEIGHT = 0.4
-MAX_RULES = 10
-N_RULES = 8
-"""Rules in force at every difficulty: enough that no fixed rule is often the violated one,
-and one or two of each pool left out, so that difficulty can plant red herrings there."""
+MAX_RULES = 22
+N_RULES = 20
+"""Rules in force at every difficulty: enough that no place in the listed policy is often the
+violated rule's (with 60 % refusals one place is right on 0.6 / 20 = 3 % of the tasks, as one
+of eight was at 25 % refusals: far enough under the information-free bound of 10 % that 100
+seeds of a blind refusal stay under it), and one or two of each pool left out, so that
+difficulty can plant red herrings there."""
 
 GRANT_AND_REFUSE = (
     "Grant a request only when every rule above holds, and send its refund to the refund "
@@ -267,6 +290,32 @@ def requested_call(task: PreconditionTask) -> dict[str, Any]:
     return {"name": request.write_tool, "arguments": arguments}
 
 
+def decision(task: PreconditionTask) -> str:
+    """The decision the task needs: ``refuse`` when a rule in force is violated, else
+    ``grant``."""
+    return "refuse" if task.violated else "grant"
+
+
+def decision_plan(task: PreconditionTask, chosen: str) -> list[Any]:
+    """Read every record deciding a rule in force and the customer's profile, then take
+    ``chosen`` as a policy blind to what the records say: grant with the reference write (its
+    refund method read from the profile), or refuse citing the first rule the prompt lists
+    (which rule the records break is exactly what such a policy does not know)."""
+    world = World.view(task.world)
+    request = REQUESTS[task.request]
+    records = deciding_records(world, task.request, task.target_id, task.rule_codes)
+    profile = ("customers", task.customer_id)
+    turns = _read_turns(task, records + ([] if profile in records else [profile]))
+    if chosen == "grant":
+        done = f"Done: your {request.noun} {task.target_id} has been processed."
+        return [*turns, _call(request.write_tool, **task.reference_arguments), done]
+    if chosen == "refuse":
+        code = task.rule_codes[0]
+        why = f"The request is not eligible under rule {code}."
+        return [*turns, _call("refuse", reason_code=code, explanation=why), f"I'm sorry: {why}"]
+    raise ValueError(f"unknown decision {chosen!r}; {ENV_ID} declares {sorted(DECISIONS)}")
+
+
 def owned_records(world: World, customer_id: str) -> list[list[str]]:
     """The customer and everything that belongs to them: what this request is about."""
     customer = world.tables["customers"][customer_id]
@@ -411,11 +460,8 @@ def _call(name: str, **arguments: Any) -> dict[str, Any]:
 
 def oracle(task: PreconditionTask, world: World) -> list[Any]:
     """Read the target, then the other deciding records, then act, then tell the customer."""
-    needed = needed_records(task, world)
     request = REQUESTS[task.request]
-    first = _read_call(request.table, task.target_id)
-    others = [_read_call(t, k) for t, k in needed if (t, k) != (request.table, task.target_id)]
-    turns: list[Any] = [first] + ([{"tool_calls": others}] if others else [])
+    turns = _read_turns(task, needed_records(task, world))
     violated = violated_rules(world, task.request, task.target_id, task.rule_codes)
     if violated:
         why = f"The request is not eligible under rule {violated[0]}."
@@ -425,6 +471,13 @@ def oracle(task: PreconditionTask, world: World) -> list[Any]:
         turns.append(_call(request.write_tool, **task.reference_arguments))
         turns.append(f"Done: your {request.noun} {task.target_id} has been processed.")
     return turns
+
+
+def _read_turns(task: PreconditionTask, records: list[Record]) -> list[Any]:
+    """The request's own record first (it names the others), then the rest in one turn."""
+    target = (REQUESTS[task.request].table, task.target_id)
+    others = [_read_call(t, k) for t, k in records if (t, k) != target]
+    return [_read_call(*target)] + ([{"tool_calls": others}] if others else [])
 
 
 def _read_call(table: str, key: str) -> dict[str, Any]:
@@ -498,16 +551,25 @@ def features(task: PreconditionTask) -> dict[str, Any]:
 
 
 def lapse(seg: Segment, rng: StableRNG) -> list[Any]:
-    """Read only the record in question; refuse only when it alone shows the violation,
-    otherwise carry out the request (the rules that need other records go unchecked)."""
+    """Read only the record in question and judge by it alone: refuse when it shows the
+    violation, take a rule of that record sitting exactly at its boundary (the deadline day
+    itself, a discount just under the limit) for broken and refuse citing it, otherwise carry
+    out the request (the rules that need other records go unchecked). Boundaries are planted
+    more often at higher difficulty, so the lapse costs more there."""
     task, plan = seg.task, seg.actions
     request = REQUESTS[task.request]
     own_record = [(request.table, task.target_id)]
-    if (
-        task.violated
-        and deciding_records(seg.world, task.request, task.target_id, [task.violated]) == own_record
-    ):
+
+    def seen_alone(code: str) -> bool:
+        return deciding_records(seg.world, task.request, task.target_id, [code]) == own_record
+
+    if task.violated and seen_alone(task.violated):
         return [plan[0], *plan[-2:]]  # the violation is in plain sight: refuse as the oracle
+    misread = [code for code in task.near_miss if code != task.violated and seen_alone(code)]
+    if misread:
+        why = f"The request is not eligible under rule {misread[0]}."
+        refusal = _call("refuse", reason_code=misread[0], explanation=why)
+        return [plan[0], refusal, f"I'm sorry, I can't do that: {why}"]
     write = {"name": request.write_tool, "arguments": dict(task.reference_arguments)}
     return [plan[0], write, f"Done: your {request.noun} {task.target_id} has been processed."]
 
@@ -549,11 +611,14 @@ SPEC = CapabilitySpec(
     generate_into=generate_into,
     verify_scoped=functools.partial(verify, scoped=True),
     lapse=lapse,
+    decisions=DECISIONS,
+    decision=decision,
+    decision_plan=decision_plan,
     env_name="PreconditionEnv",
     knob_rates=(
-        # shares of all tasks over 1,000 seeds (measured 0.0, 1.0 / 0.995, 0.0 / 0.636)
-        KnobRate("n_rules", 0.0, 1.0, 0.0, equals=8),
-        KnobRate("n_rules", 1.0, 1.0, 0.0, equals=8),
+        # shares of all tasks over 1,000 seeds (measured 0.0, 1.0 / 1.0, 0.0 / 0.628)
+        KnobRate("n_rules", 0.0, 1.0, 0.0, equals=N_RULES),
+        KnobRate("n_rules", 1.0, 1.0, 0.0, equals=N_RULES),
         KnobRate("n_near_miss", 0.0, 0.0, 0.0),
         KnobRate("n_near_miss", 1.0, 1.0, 0.02),  # 80 % of eligible rules: nearly every task
         KnobRate("n_distractors", 0.0, 0.0, 0.0),

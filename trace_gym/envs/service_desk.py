@@ -434,6 +434,16 @@ def hint(task: ServiceDeskTask) -> str:
     return "\n".join(f"- {m.hint(sub)}" for m, sub in _parts(task))
 
 
+def request_decisions(task: ServiceDeskTask) -> dict[str, str]:
+    """The decision class of each request whose member declares decisions (grant / refuse,
+    ask / act / decline), by member: reports give each its own success rate."""
+    return {
+        m.short: m.decision(sub)  # type: ignore[misc]  (declared with decisions)
+        for m, sub in _parts(task)
+        if m.decision is not None
+    }
+
+
 def features(task: ServiceDeskTask) -> dict[str, Any]:
     return {
         "capabilities": list(task.capabilities),
@@ -461,6 +471,7 @@ SPEC = CapabilitySpec(
     max_turns=40,
     tags=("composite", "target_benchmark", CAPABILITY),
     oracle_segments=oracle_segments,
+    request_decisions=request_decisions,
     initial_world_from_task=True,
     env_name="ServiceDeskEnv",
     knob_rates=(

@@ -1,25 +1,28 @@
-"""Eligibility rules of the customer-service policy.
+"""The customer-service policy: the requests it covers and the rules each request kind has.
 
-A rule is a predicate over the world for one request (cancel an order, return an order,
-cancel a reservation), with a reason code, a sentence for the written policy, the records an
-agent must read to decide it, and a way to *plant* its inputs so the rule holds or fails
-(optionally right at the boundary: the deadline day itself, one day past it).
-
-The generator plants inputs; the verifier re-evaluates the rules on the initial world. The two
-never share a label, so a generator bug shows up as a task whose oracle fails.
+How each rule is decided and planted is in :mod:`trace_gym.world.rules` (its names are
+re-exported here, where the environments import them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 
-from trace_gym.core.seeding import StableRNG
-from trace_gym.world.model import World, day_offset, money, parse_day, parse_time, time_offset
-
-Record = tuple[str, str]  # (table, id)
+from trace_gym.world.model import World
+from trace_gym.world.rules import (  # noqa: F401  (Record, prepare_request_records: re-exported)
+    Record,
+    Rule,
+    account_rules,
+    departure_notice_rule,
+    final_sale_rule,
+    group_membership_rule,
+    insurance_rule,
+    prepare_request_records,
+    status_rule,
+    value_membership_rule,
+    window_rule,
+)
 
 
 @dataclass(frozen=True)
@@ -39,355 +42,6 @@ REQUESTS = {
         "cancel_reservation", "reservations", "cancel_reservation", "reservation"
     ),
 }
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One eligibility rule. ``holds``/``records``/``plant`` take (world, target id)."""
-
-    code: str
-    text: str
-    holds: Callable[[World, str], bool]
-    records: Callable[[World, str], list[Record]]
-    plant: Callable[[World, str, StableRNG, bool, bool], None]
-    """``plant(world, target, rng, satisfied, near_miss)`` sets the rule's inputs."""
-    has_near_miss: bool = False
-
-
-# -- shared helpers -------------------------------------------------------------------------
-def _target(world: World, table: str, key: str) -> dict[str, Any]:
-    return world.tables[table][key]
-
-
-def _customer_of(world: World, table: str, key: str) -> dict[str, Any]:
-    return world.tables["customers"][_target(world, table, key)["customer_id"]]
-
-
-def _days_since(world: World, day: str) -> int:
-    return (parse_day(world.now) - parse_day(day)).days
-
-
-# -- status rules ---------------------------------------------------------------------------
-def status_rule(
-    code: str, table: str, allowed: tuple[str, ...], bad: tuple[str, ...], text: str
-) -> Rule:
-    def holds(world: World, key: str) -> bool:
-        return _target(world, table, key)["status"] in allowed
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        record = _target(world, table, key)
-        record["status"] = rng.choice(allowed if ok else bad)
-        if table == "orders":
-            delivered = record["status"] in ("delivered", "returned")
-            record["delivered_on"] = record["placed_on"] if delivered else None
-
-    return Rule(code, text, holds, lambda w, k: [(table, k)], plant)
-
-
-# -- day-window rules (cancel within N days of placing, return within N days of delivery) ----
-def window_rule(code: str, date_field: str, days: int, text: str) -> Rule:
-    def holds(world: World, key: str) -> bool:
-        day = _target(world, "orders", key)[date_field]
-        return day is None or _days_since(world, day) <= days
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        record = _target(world, "orders", key)
-        if near:
-            age = days if ok else days + 1
-        else:
-            age = rng.integer(0, days - 1) if ok else rng.integer(days + 2, days + 40)
-        if date_field == "delivered_on":
-            if record["delivered_on"] is None:
-                return  # not delivered: the window does not apply (the status rule decides)
-            record["delivered_on"] = day_offset(world.now, -age)
-            record["placed_on"] = day_offset(world.now, -age - rng.integer(1, 6))
-        else:
-            record["placed_on"] = day_offset(world.now, -age)
-            if record["delivered_on"] is not None:
-                record["delivered_on"] = day_offset(world.now, -max(age - 2, 0))
-
-    return Rule(code, text, holds, lambda w, k: [("orders", k)], plant, has_near_miss=True)
-
-
-def final_sale_rule() -> Rule:
-    def holds(world: World, key: str) -> bool:
-        return not any(item["final_sale"] for item in _target(world, "orders", key)["items"])
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        items = _target(world, "orders", key)["items"]
-        for item in items:
-            item["final_sale"] = False
-        if not ok:  # near miss: the final-sale item is not the first one listed
-            items[-1 if near else 0]["final_sale"] = True
-
-    text = "Items marked final_sale cannot be returned."
-    return Rule("final_sale", text, holds, lambda w, k: [("orders", k)], plant, True)
-
-
-# -- membership rules (decided by a second record: the customer) -----------------------------
-def value_membership_rule(table: str, threshold: float, verb: str) -> Rule:
-    noun = "Orders" if table == "orders" else "Reservations"
-    text = (
-        f"{noun} with a total above ${threshold:.2f} can be {verb} only by silver or gold members."
-    )
-    amount_field = "total" if table == "orders" else "price"
-
-    def holds(world: World, key: str) -> bool:
-        record = _target(world, table, key)
-        return record[amount_field] <= threshold or _customer_of(world, table, key)[
-            "membership"
-        ] in ("silver", "gold")
-
-    def records(world: World, key: str) -> list[Record]:
-        return [(table, key), ("customers", _target(world, table, key)["customer_id"])]
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        record = _target(world, table, key)
-        customer = _customer_of(world, table, key)
-        if ok and (near or rng.bernoulli(0.5)):  # small enough, any tier
-            amount = threshold if near else money(threshold * rng.integer(30, 95) / 100)
-        else:
-            amount = money(threshold + (0.01 if near else rng.integer(5, 400)))
-            customer["membership"] = rng.choice(("silver", "gold")) if ok else "regular"
-        _set_amount(record, amount_field, amount)
-
-    return Rule("high_value_membership", text, holds, records, plant, has_near_miss=True)
-
-
-def _set_amount(record: dict[str, Any], amount_field: str, amount: float) -> None:
-    if amount_field == "total":  # keep item prices adding up to the total, and keep the items
-        items = record["items"]
-        rest = money(sum(item["price"] for item in items[1:]))
-        if amount - rest < 1.0:  # shrink the other items to a tenth of the amount in all
-            for item in items[1:]:
-                item["price"] = money(amount * 0.1 / (len(items) - 1))
-            rest = money(sum(item["price"] for item in items[1:]))
-        items[0]["price"] = money(amount - rest)
-    record[amount_field] = money(amount)
-
-
-def group_membership_rule() -> Rule:
-    text = "Reservations for more than 4 passengers can be cancelled only by gold members."
-
-    def holds(world: World, key: str) -> bool:
-        res = _target(world, "reservations", key)
-        return res["passengers"] <= 4 or _customer_of(world, "reservations", key)["membership"] == (
-            "gold"
-        )
-
-    def records(world: World, key: str) -> list[Record]:
-        return [
-            ("reservations", key),
-            ("customers", _target(world, "reservations", key)["customer_id"]),
-        ]
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        res = _target(world, "reservations", key)
-        customer = _customer_of(world, "reservations", key)
-        if ok and (near or rng.bernoulli(0.5)):
-            res["passengers"] = 4 if near else rng.integer(1, 3)
-        else:
-            res["passengers"] = 5 if near else rng.integer(5, 8)
-            customer["membership"] = "gold" if ok else rng.choice(("regular", "silver"))
-
-    return Rule("group_membership", text, holds, records, plant, has_near_miss=True)
-
-
-# -- refund method rule (decided by the customer's profile and a third record) -------------
-def refund_method_id(world: World, table: str, key: str) -> str:
-    """The payment method a refund of this request goes to: the one the customer's profile
-    names for refunds (``refund_method_id``), else the request's original payment method."""
-    customer = _customer_of(world, table, key)
-    return customer.get("refund_method_id") or _target(world, table, key)["payment_method_id"]
-
-
-def payment_active_rule(table: str) -> Rule:
-    text = (
-        "Refunds go to the refund method named in the customer's profile, so a request can be "
-        "granted only if that payment method is active."
-    )
-
-    def holds(world: World, key: str) -> bool:
-        pm = refund_method_id(world, table, key)
-        return world.tables["payment_methods"][pm]["status"] == "active"
-
-    def records(world: World, key: str) -> list[Record]:
-        customer = _target(world, table, key)["customer_id"]
-        pm = refund_method_id(world, table, key)
-        return [(table, key), ("customers", customer), ("payment_methods", pm)]
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        pm = world.tables["payment_methods"][refund_method_id(world, table, key)]
-        pm["status"] = "active" if ok else rng.choice(("expired", "closed"))
-
-    return Rule("payment_method_active", text, holds, records, plant)
-
-
-# -- account rules (any request; decided by the customer's profile or the record itself) ------
-def _customer_records(table: str) -> Callable[[World, str], list[Record]]:
-    def records(world: World, key: str) -> list[Record]:
-        return [(table, key), ("customers", _target(world, table, key)["customer_id"])]
-
-    return records
-
-
-def account_hold_rule(table: str) -> Rule:
-    text = "No request can be granted while the customer's account is on hold (account_hold)."
-
-    def holds(world: World, key: str) -> bool:
-        return not _customer_of(world, table, key).get("account_hold", False)
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        _customer_of(world, table, key)["account_hold"] = not ok
-
-    return Rule("account_hold", text, holds, _customer_records(table), plant)
-
-
-REFUND_LIMIT = 3
-ACCOUNT_AGE_DAYS = 30
-
-
-def identity_rule(table: str) -> Rule:
-    text = "Refunds need a verified identity: the profile must show identity_verified."
-
-    def holds(world: World, key: str) -> bool:
-        return bool(_customer_of(world, table, key).get("identity_verified", True))
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        _customer_of(world, table, key)["identity_verified"] = ok
-
-    return Rule("identity_verified", text, holds, _customer_records(table), plant)
-
-
-def refund_limit_rule(table: str) -> Rule:
-    text = (
-        f"A customer with {REFUND_LIMIT} or more refunds in the last 30 days "
-        "(refunds_last_30_days) cannot get another refund."
-    )
-
-    def holds(world: World, key: str) -> bool:
-        return _customer_of(world, table, key).get("refunds_last_30_days", 0) < REFUND_LIMIT
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        if near:
-            count = REFUND_LIMIT - 1 if ok else REFUND_LIMIT
-        else:
-            count = rng.integer(0, REFUND_LIMIT - 2) if ok else rng.integer(REFUND_LIMIT + 1, 7)
-        _customer_of(world, table, key)["refunds_last_30_days"] = count
-
-    return Rule("refund_limit", text, holds, _customer_records(table), plant, has_near_miss=True)
-
-
-def account_age_rule(table: str) -> Rule:
-    text = (
-        f"Refunds are available only to accounts opened at least {ACCOUNT_AGE_DAYS} days ago "
-        "(member_since)."
-    )
-
-    def holds(world: World, key: str) -> bool:
-        since = _customer_of(world, table, key)["member_since"]
-        return _days_since(world, since) >= ACCOUNT_AGE_DAYS
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        if near:
-            age = ACCOUNT_AGE_DAYS if ok else ACCOUNT_AGE_DAYS - 1
-        else:
-            age = rng.integer(ACCOUNT_AGE_DAYS + 1, 2000) if ok else rng.integer(0, 27)
-        _customer_of(world, table, key)["member_since"] = day_offset(world.now, -age)
-
-    return Rule("account_age", text, holds, _customer_records(table), plant, has_near_miss=True)
-
-
-def open_dispute_rule(table: str) -> Rule:
-    noun = "an order" if table == "orders" else "a reservation"
-    text = f"A request about {noun} with an open payment dispute (dispute_open) cannot be granted."
-
-    def holds(world: World, key: str) -> bool:
-        return not _target(world, table, key).get("dispute_open", False)
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        _target(world, table, key)["dispute_open"] = not ok
-
-    return Rule("open_dispute", text, holds, lambda w, k: [(table, k)], plant)
-
-
-def account_rules(table: str) -> list[Rule]:
-    """Rules every request kind has: the customer's account and the record's dispute state."""
-    return [
-        payment_active_rule(table),
-        account_hold_rule(table),
-        identity_rule(table),
-        refund_limit_rule(table),
-        account_age_rule(table),
-        open_dispute_rule(table),
-    ]
-
-
-def prepare_request_records(world: World, table: str, key: str, rng: StableRNG) -> None:
-    """Give the request's records every field the rules read, all in their harmless state,
-    and give the customer a second and maybe a third payment method, one of which (never the
-    request's original one) the profile names for refunds, so the refund destination is found
-    only in the customer's profile."""
-    from trace_gym.world.generate import new_payment_method
-
-    target = _target(world, table, key)
-    customer = world.tables["customers"][target["customer_id"]]
-    target.setdefault("dispute_open", False)
-    if "refund_method_id" not in customer:
-        for _ in range(rng.integer(1, 2)):
-            new_payment_method(rng, world, customer, rng.choice(("credit_card", "gift_card")))
-        # never the original payment method: that one is in the request's own record, so a
-        # blind "first payment method seen" or "default destination" grant would pass
-        original = target["payment_method_id"]
-        others = [p for p in customer["payment_method_ids"] if p != original]
-        customer["refund_method_id"] = rng.choice(others)
-        customer["account_hold"] = False
-        customer["identity_verified"] = True
-        customer["refunds_last_30_days"] = rng.integer(0, REFUND_LIMIT - 1)
-
-
-# -- reservation rules ----------------------------------------------------------------------
-def departure_notice_rule() -> Rule:
-    text = (
-        "Reservations can be cancelled only if the first flight departs at least 24 hours from now."
-    )
-
-    def hours_left(world: World, key: str) -> float:
-        departs = _target(world, "reservations", key)["flights"][0]["departs_at"]
-        return (parse_time(departs) - parse_time(world.now)).total_seconds() / 3600
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        if near:
-            hours = 24 if ok else 23
-        else:
-            hours = rng.integer(30, 900) if ok else rng.integer(2, 20)
-        res = _target(world, "reservations", key)
-        res["flights"][0]["departs_at"] = time_offset(world.now, hours)
-        res["booked_on"] = time_offset(world.now, -24 * rng.integer(2, 60))
-
-    def holds(world: World, key: str) -> bool:
-        return hours_left(world, key) >= 24
-
-    rule = Rule("departure_notice", text, holds, lambda w, k: [("reservations", k)], plant, True)
-    return rule
-
-
-def insurance_rule() -> Rule:
-    text = "Basic economy reservations can be cancelled only if they have travel insurance."
-
-    def holds(world: World, key: str) -> bool:
-        res = _target(world, "reservations", key)
-        return res["cabin"] != "basic_economy" or res["travel_insurance"]
-
-    def plant(world: World, key: str, rng: StableRNG, ok: bool, near: bool) -> None:
-        res = _target(world, "reservations", key)
-        if ok:
-            res["cabin"] = rng.choice(("basic_economy", "economy", "business"))
-            res["travel_insurance"] = res["cabin"] == "basic_economy" or rng.bernoulli(0.5)
-        else:
-            res["cabin"], res["travel_insurance"] = "basic_economy", False
-
-    return Rule("basic_economy_insurance", text, holds, lambda w, k: [("reservations", k)], plant)
 
 
 # -- the catalogue --------------------------------------------------------------------------
@@ -410,13 +64,13 @@ def _build_pool(kind: str) -> list[Rule]:
                 "orders",
                 ("pending", "processing"),
                 ("shipped", "delivered"),
-                "An order can be cancelled only while its status is pending or processing.",
+                "The order's status is pending or processing.",
             ),
             window_rule(
                 "cancel_window",
                 "placed_on",
                 14,
-                "Orders can be cancelled only within 14 days of the day they were placed.",
+                "The order was placed at most 14 days ago.",
             ),
             value_membership_rule("orders", 500.0, "cancelled"),
             *account_rules("orders"),
@@ -428,13 +82,13 @@ def _build_pool(kind: str) -> list[Rule]:
                 "orders",
                 ("delivered",),
                 ("pending", "processing", "shipped"),
-                "Only delivered orders can be returned.",
+                "The order has been delivered.",
             ),
             window_rule(
                 "return_window",
                 "delivered_on",
                 30,
-                "Returns are accepted only within 30 days of the delivery day.",
+                "It was delivered at most 30 days ago.",
             ),
             final_sale_rule(),
             value_membership_rule("orders", 300.0, "returned"),
@@ -447,7 +101,7 @@ def _build_pool(kind: str) -> list[Rule]:
                 "reservations",
                 ("confirmed",),
                 ("checked_in",),
-                "A reservation can be cancelled only while its status is confirmed.",
+                "The reservation's status is confirmed.",
             ),
             departure_notice_rule(),
             insurance_rule(),

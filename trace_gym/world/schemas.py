@@ -26,6 +26,18 @@ RULE_CODES = [
     "refund_limit",
     "account_age",
     "open_dispute",
+    "fraud_review",
+    "email_verified",
+    "chargeback_limit",
+    "balance_due",
+    "supported_country",
+    "discount_limit",
+    "address_verified",
+    "terms_accepted",
+    "failed_logins",
+    "minimum_age",
+    "partner_sale",
+    "price_adjusted",
     "other",
 ]
 """Reason codes for refusals: one per policy rule of the world, plus ``other``."""

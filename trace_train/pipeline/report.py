@@ -3,8 +3,9 @@
 Base vs each single adapter vs routed vs mixture (and, with ``plain_grpo``, vs plain GRPO on the
 target at the same rollouts) on the target's held-out split (success and mean reward with 95 %
 intervals), the validation gates of every synthesised environment, the LACKING rate per capability
-before and after training (re-diagnosis), per-capability success before and after, rollouts spent per
-adapter, the diagnosis summary, and links to every artifact of the run. Inline CSS and SVG
+before and after training (re-diagnosis), per-capability success before and after, success per
+decision class with the balanced accuracy (where the target's environments declare decisions),
+rollouts spent per adapter, the diagnosis summary, and links to every artifact of the run. Inline CSS and SVG
 only; every string is escaped by jinja2's autoescape; the page makes no external request.
 """
 
@@ -80,6 +81,8 @@ def _policy_rows(run: Any) -> list[dict[str, Any]]:
                 "reward": overall["mean_reward"],
                 "reward_ci": overall["mean_reward_ci95"],
                 "capabilities": overall.get("capabilities", {}),
+                "decisions": overall.get("decisions", {}),
+                "balanced_accuracy": overall.get("balanced_accuracy"),
                 "episodes_path": _rel(run, Path(path).with_name("episodes.jsonl")),
             }
         )
@@ -142,6 +145,8 @@ def closing_summary(run: Any) -> list[str]:
             f"  {r['name']:<32} {r['success']:6.1%}  "
             f"(95 % {r['success_lo']:.0%}-{r['success_hi']:.0%}, n={r['episodes']})"
         )
+        if r["balanced_accuracy"] is not None:
+            line += f"  balanced accuracy {r['balanced_accuracy']:.0%}"
         if r["vs_base"]:
             v = r["vs_base"]
             line += f"  vs base {v['diff']:+.0%} {_interval(v)}: {v['verdict']}"
@@ -194,6 +199,24 @@ def _capability_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
             cells.append(None if c is None else {"rate": c["success_rate"], "n": c["n"]})
         table.append({"capability": cap, "cells": cells})
     return {"columns": [r["name"] for r in rows], "rows": table}
+
+
+def _decision_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Success per decision class (rows) and policy (columns), and each policy's balanced
+    accuracy; no rows when the target declares no decisions."""
+    classes = sorted({d for r in rows for d in r["decisions"]})
+    table = []
+    for decision in classes:
+        cells = []
+        for r in rows:
+            c = r["decisions"].get(decision)
+            cells.append(None if c is None else {"rate": c["success_rate"], "n": c["n"]})
+        table.append({"decision": decision, "cells": cells})
+    return {
+        "columns": [r["name"] for r in rows],
+        "rows": table,
+        "balanced": [r["balanced_accuracy"] for r in rows],
+    }
 
 
 def _moe_stats(run: Any) -> dict[str, Any]:
@@ -270,6 +293,7 @@ def build_context(run: Any) -> dict[str, Any]:
         "policies": rows,
         "chart": _chart(rows),
         "cap_table": _capability_table(rows),
+        "decision_table": _decision_table(rows),
         "compose": {k: _rel(run, v) for k, v in run.output("compose").items()},
         "routing_check": _read_json(run.path("compose", "routing_check.json")) or {},
         "moe_stats": _moe_stats(run),
