@@ -45,24 +45,19 @@ READ_THEN_REFUSE = """    refusals = [c for c in ep.calls if c.ok and c.name == 
             if refusals[0].arguments.get("reason_code") == "other":
                 return Verification((Check("refused", CAPABILITY, 1.0),), (CAPABILITY,))
 """
+# the most literal copy: the registered spec renamed (fingerprints compare what a task shows)
 NEAR_DUPLICATE = textwrap.dedent(
     """
-    from trace_gym.core.spec import CapabilitySpec
-    from trace_gym.envs import precondition as base
-    from trace_gym.world.model import World
+    import dataclasses
 
-    SPEC = CapabilitySpec(
+    from trace_gym.envs import precondition as base
+
+    SPEC = dataclasses.replace(
+        base.SPEC,
         id="trace/loyalty-points-calculation-v0",
         capability="loyalty_points_calculation",
         description="Loyalty points.",
-        config=base.PreconditionConfig,
-        generate=base.generate_task,
-        verify=base.verify,
-        oracle=lambda task: base.oracle(task, World.view(task.world)),
-        user=lambda task: base.PreconditionUser(task.opening),
-        instructions=base.instructions,
-        hint=base.hint,
-        tools=tuple(t.name for t in base.PreconditionEnv.tools),
+        env_name="LoyaltyPointsEnv",
     )
     """
 )

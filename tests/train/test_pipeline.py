@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -366,9 +367,7 @@ def test_report_shows_success_per_decision_and_balanced_accuracy(tmp_path):
 
     class FakeRun:
         dir = tmp_path
-        config = dataclasses.make_dataclass("C", [("target", str), ("eval_split", str)])(
-            "trace/precondition-v0", "eval"
-        )
+        config = SimpleNamespace(target="trace/precondition-v0", evaluate=SimpleNamespace(split="eval"))
 
         def output(self, stage: str) -> dict:
             if stage == "evaluate":
