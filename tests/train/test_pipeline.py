@@ -367,7 +367,9 @@ def test_report_shows_success_per_decision_and_balanced_accuracy(tmp_path):
 
     class FakeRun:
         dir = tmp_path
-        config = SimpleNamespace(target="trace/precondition-v0", evaluate=SimpleNamespace(split="eval"))
+        config = SimpleNamespace(
+            target="trace/precondition-v0", evaluate=SimpleNamespace(split="eval")
+        )
 
         def output(self, stage: str) -> dict:
             if stage == "evaluate":
