@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import AGENT_PREAMBLE, CapabilitySpec, SpecConfig, SpecEnv
 from trace_gym.errors import ConfigError
 from trace_gym.registration import load_registry
@@ -83,3 +84,78 @@ def test_member_prompt_has_one_preamble_and_bounds_name_the_field(short: str) ->
     )
     with pytest.raises(ConfigError, match=bounded.name):
         env.reset(seed=0, options={"config": {bounded.name: bounded.metadata["high"] + 1}})
+
+
+# -- hooks the spec derives from what the module wrote once ------------------------------------
+def _fields(spec: CapabilitySpec, **changes) -> dict:
+    own = {k: v for k, v in spec.__dict__.items() if k != "env_class"}
+    return {**own, "id": "test/derived-v0", **changes}
+
+
+def test_generate_is_derived_from_generate_into_as_a_fresh_world_snapshot() -> None:
+    from trace_gym.envs import precondition
+    from trace_gym.world.generate import draw_now
+    from trace_gym.world.model import World
+
+    spec = precondition.SPEC
+    cfg = spec.config.from_difficulty(0.5, {})
+    rng_by_hand, rng_derived = StableRNG(7), StableRNG(7)
+    world = World(draw_now(rng_by_hand))  # the wiring every module used to write itself
+    by_hand = precondition.generate_into(world, rng_by_hand, cfg)
+    task = spec.generate(rng_derived, cfg)
+    assert task.world == world.to_dict() and task.owned == by_hand.owned
+    # a snapshot: the task's world shares no record with the world it was generated into
+    assert task.world["tables"]["customers"] is not world.tables["customers"]
+
+
+def test_oracle_is_derived_from_world_oracle_over_a_fresh_world() -> None:
+    from trace_gym.envs import precondition
+    from trace_gym.world.model import World
+
+    env = precondition.SPEC()
+    env.reset(seed=3)
+    task = env.unwrapped.task
+    seen: list[World] = []
+
+    def recording_oracle(t, world):
+        seen.append(world)
+        world.tables["customers"].clear()  # an oracle that writes must not change the task
+        return precondition.oracle(t, World.from_dict(t.world))
+
+    spec = CapabilitySpec(**_fields(precondition.SPEC, oracle=None, world_oracle=recording_oracle))
+    before = pickle.dumps(task.world)
+    assert spec.oracle(task) == precondition.oracle(task, World.from_dict(task.world))
+    assert seen and pickle.dumps(task.world) == before
+
+
+def test_verify_scoped_is_derived_only_from_a_verify_that_takes_scoped() -> None:
+    from trace_gym.envs import precondition
+
+    assert precondition.SPEC.verify_scoped is not None
+    assert precondition.SPEC.verify_scoped.keywords == {"scoped": True}
+    assert precondition.SPEC.verify_scoped.func is precondition.verify
+
+    def unscoped_verify(task, episode):
+        return precondition.verify(task, episode)
+
+    with pytest.raises(ConfigError, match="generate_into and verify_scoped go together"):
+        CapabilitySpec(**_fields(precondition.SPEC, verify=unscoped_verify, verify_scoped=None))
+
+
+def test_a_copy_derives_its_hooks_from_its_own_fields() -> None:
+    from trace_gym.envs import precondition, tool_call
+
+    copy = CapabilitySpec(**_fields(precondition.SPEC, generate_into=tool_call.generate_into))
+    rng_a, rng_b = StableRNG(5), StableRNG(5)
+    cfg = tool_call.SPEC.config.from_difficulty(0.0, {})
+    assert copy.generate(rng_a, cfg) == tool_call.SPEC.generate(rng_b, cfg)
+    assert copy.module == "trace_gym.envs.tool_call"
+
+
+def test_a_spec_without_either_form_of_a_hook_is_refused() -> None:
+    from trace_gym.envs import precondition
+
+    with pytest.raises(ConfigError, match="generate_into"):
+        CapabilitySpec(**_fields(precondition.SPEC, generate=None, generate_into=None))
+    with pytest.raises(ConfigError, match="world_oracle"):
+        CapabilitySpec(**_fields(precondition.SPEC, oracle=None, world_oracle=None))

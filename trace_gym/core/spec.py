@@ -13,7 +13,8 @@ field               what it is
 ``config``          a frozen dataclass subclassing :class:`SpecConfig`; fields declared with
                     :func:`knob` (default, bounds) and ``knobs(difficulty) -> {field: value}``
 ``generate``        ``(rng: StableRNG, config) -> task``; pure: the same rng state gives the
-                    same task. Draw everything from ``rng``; never from ``random``/time/``hash``
+                    same task. Draw everything from ``rng``; never from ``random``/time/``hash``.
+                    Derived when only ``generate_into`` is given (see *Derived hooks*)
 ``world``           ``(task) -> World``: the records the tools act on (default: ``task.world``)
 ``tools``           tool names from :data:`trace_gym.world.tools.VOCABULARY`, or :class:`Tool`
                     objects for tools the vocabulary lacks
@@ -23,7 +24,9 @@ field               what it is
 ``user``            ``(task) -> ScriptedUser``: the deterministic customer
 ``verify``          ``(task, episode) -> Verification``: pure; weighted named checks, gates for
                     forbidden actions, ``decided=False`` when the episode reached no decision
-``oracle``          ``(task) -> [action, ...]``: assistant turns that score 1.0
+``oracle``          ``(task) -> [action, ...]``: assistant turns that score 1.0; or give
+``world_oracle``    ``(task, world) -> [action, ...]``, the oracle reading the records it needs
+                    from ``world`` (a fresh ``world(task)``, the world the tools start from)
 ``features``        ``(task) -> dict``: what the task contains (for difficulty analysis)
 ``lapse``           optional ``(segment, rng) -> actions``: how an agent lacking the capability
                     gets the task wrong (the deficit agent uses it)
@@ -38,7 +41,8 @@ field               what it is
 ``generate_into``   optional ``(world, rng, config) -> task``: adds the task's records to a
                     shared world (the task's ``owned`` lists them); with ``verify_scoped``
                     (``(task, episode) -> Verification`` over the calls and diffs touching
-                    ``owned`` only) the spec can be a member of a composite
+                    ``owned`` only) the spec can be a member of a composite. A ``verify``
+                    accepting ``scoped=`` gives ``verify_scoped`` (see *Derived hooks*)
 ``oracle_segments`` optional ``(task) -> [Segment]``: a composite's oracle per member
 ``decisions``       for an environment whose verifier judges a categorical decision (grant /
                     refuse / ask / decline ...): each decision class and its declared share of
@@ -58,6 +62,17 @@ field               what it is
                     agent code in the sandbox and reports it in ``info``)
 ==================  =============================================================================
 
+Derived hooks
+-------------
+A module defines each piece once; the spec wires the rest (give a hook explicitly to
+override its derivation):
+
+* ``generate`` (none given) = draw ``World(draw_now(rng))``, ``generate_into`` it, and store a
+  snapshot of that world as the task's ``world``;
+* ``oracle`` (none given) = ``world_oracle(task, world(task))``;
+* ``verify_scoped`` (none given, ``generate_into`` given) = ``verify(task, episode,
+  scoped=True)``, when ``verify`` takes a ``scoped`` keyword.
+
 ``SPEC(**kwargs)`` builds the environment (so ``"module:SPEC"`` is a gymnasium entry point),
 and ``trace-gym validate module:SPEC`` runs every gate on it.
 """
@@ -65,7 +80,9 @@ and ``trace-gym validate module:SPEC`` runs every gate on it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import inspect
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -183,7 +200,7 @@ def no_features(task: Any) -> dict[str, Any]:
     return {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CapabilitySpec:
     """One environment, declared (see the module docstring for every field)."""
 
@@ -191,13 +208,17 @@ class CapabilitySpec:
     capability: str
     description: str
     config: type
-    generate: Callable[[StableRNG, Any], Any]
-    verify: Callable[[Any, EpisodeState], Verification]
-    oracle: Callable[[Any], list[Any]]
+    verify: Callable[..., Verification]
     user: Callable[[Any], ScriptedUser]
     instructions: Callable[[Any], str]
     hint: Callable[[Any], str]
     tools: tuple[str | Tool, ...]
+    generate: Callable[[StableRNG, Any], Any] | None = None
+    """``(rng, config) -> task``; None: derived from ``generate_into``."""
+    oracle: Callable[[Any], list[Any]] | None = None
+    """``(task) -> [action, ...]``; None: derived from ``world_oracle``."""
+    world_oracle: Callable[[Any, World], list[Any]] | None = None
+    """``(task, world) -> [action, ...]``: the oracle over a fresh ``world(task)``."""
     features: Callable[[Any], dict[str, Any]] = no_features
     world: Callable[[Any], World] = task_world
     max_turns: int = 12
@@ -246,14 +267,13 @@ class CapabilitySpec:
             raise ConfigError(f"capability must be snake_case, got {self.capability!r}")
         if not (isinstance(self.config, type) and hasattr(self.config, "from_difficulty")):
             raise ConfigError(f"{self.id}: config must be a class with from_difficulty()")
+        derive_hooks(self)
         hooks = ("generate", "verify", "oracle", "user", "instructions", "hint", "features")
         for name in hooks + ("world",):
             if not callable(getattr(self, name)):
                 raise ConfigError(f"{self.id}: {name} must be callable")
         if int(self.max_turns) < 2:
             raise ConfigError(f"{self.id}: max_turns must be >= 2, got {self.max_turns!r}")
-        if (self.generate_into is None) != (self.verify_scoped is None):
-            raise ConfigError(f"{self.id}: generate_into and verify_scoped go together")
         if self.initial_world_from_task and self.world is not task_world:
             raise ConfigError(f"{self.id}: initial_world_from_task needs the default world hook")
         check_decisions(self)
@@ -273,10 +293,16 @@ class CapabilitySpec:
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         # A module's SPEC pickles by reference (a live environment's user may hold specs).
-        module = sys.modules.get(getattr(self.generate, "__module__", ""))
+        module = sys.modules.get(self.module)
         if module is not None and getattr(module, "SPEC", None) is self:
             return _module_spec, (module.__name__,)
         return super().__reduce_ex__(protocol)
+
+    @property
+    def module(self) -> str:
+        """The module that defines the spec: where its own (not derived) generator lives."""
+        own = self.generate_into if isinstance(self.generate, Derived) else self.generate
+        return str(getattr(own, "__module__", __name__))
 
     @property
     def short(self) -> str:
@@ -297,6 +323,75 @@ class CapabilitySpec:
     def system_prompt(self, task: Any) -> str:
         """The preamble, the current time and the instructions: the whole system prompt."""
         return agent_prompt(self.preamble, self.now(task), self.instructions(task))
+
+
+# -- derived hooks -----------------------------------------------------------------------------
+class Derived(functools.partial):  # type: ignore[type-arg]
+    """A hook the spec derived from the module's own (so a copy of the spec derives it again
+    from the copy's hooks instead of keeping the original's)."""
+
+
+def generate_in_fresh_world(
+    generate_into: Callable[[World, StableRNG, Any], Any], rng: StableRNG, config: Any
+) -> Any:
+    """The derived ``generate``: a world of its own at a drawn time, the task generated into
+    it, and a snapshot of that world as the task's ``world``."""
+    from trace_gym.world.generate import draw_now
+
+    world = World(draw_now(rng))
+    task = generate_into(world, rng, config)
+    return dataclasses.replace(task, world=world.snapshot().to_dict())
+
+
+def oracle_on_task_world(
+    world_oracle: Callable[[Any, World], list[Any]],
+    world: Callable[[Any], World],
+    task: Any,
+) -> list[Any]:
+    """The derived ``oracle``: ``world_oracle`` over the world the agent's tools start from
+    (a fresh one, so an oracle that simulates its writes cannot change the task)."""
+    return world_oracle(task, world(task))
+
+
+def takes_scoped(verify: Callable[..., Any]) -> bool:
+    """Whether ``verify`` accepts the ``scoped`` keyword (a composite's member verifier)."""
+    try:
+        parameters = inspect.signature(verify).parameters
+    except (TypeError, ValueError):  # a builtin or C callable without a signature
+        return False
+    scoped = parameters.get("scoped")
+    return scoped is not None and scoped.kind in (
+        inspect.Parameter.KEYWORD_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    )
+
+
+def derive_hooks(spec: CapabilitySpec) -> None:
+    """Fill in ``generate``, ``oracle`` and ``verify_scoped`` from the hooks the module wrote
+    (see *Derived hooks* in the module docstring); raise :class:`ConfigError` when neither
+    form of a required hook is given."""
+
+    def put(name: str, value: Any) -> None:
+        object.__setattr__(spec, name, value)
+
+    if spec.generate is None or isinstance(spec.generate, Derived):
+        if spec.generate_into is None:
+            raise ConfigError(
+                f"{spec.id}: give generate(rng, config) or generate_into(world, rng, config)"
+            )
+        put("generate", Derived(generate_in_fresh_world, spec.generate_into))
+    if spec.oracle is None or isinstance(spec.oracle, Derived):
+        if spec.world_oracle is None:
+            raise ConfigError(f"{spec.id}: give oracle(task) or world_oracle(task, world)")
+        put("oracle", Derived(oracle_on_task_world, spec.world_oracle, spec.world))
+    if spec.verify_scoped is None or isinstance(spec.verify_scoped, Derived):
+        scoped = spec.generate_into is not None and takes_scoped(spec.verify)
+        put("verify_scoped", Derived(spec.verify, scoped=True) if scoped else None)
+    if (spec.generate_into is None) != (spec.verify_scoped is None):
+        raise ConfigError(
+            f"{spec.id}: generate_into and verify_scoped go together (a verify(task, episode, "
+            "*, scoped=False) gives verify_scoped)"
+        )
 
 
 SHARE_TOLERANCE = 1e-6
@@ -379,7 +474,7 @@ class SpecEnv(TraceEnv):
             "initial_world_from_task": bool(spec.initial_world_from_task),
             **({"oracle_segments": _oracle_segments} if spec.oracle_segments else {}),
             "__doc__": spec.description,
-            "__module__": getattr(spec.generate, "__module__", __name__),
+            "__module__": spec.module,
         }
         return type(name, (cls,), attrs)
 

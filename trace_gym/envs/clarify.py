@@ -87,8 +87,6 @@ The rates are declared in ``ClarifyEnv.knob_rates`` (as shares of all tasks) and
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,7 +98,7 @@ from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.errors import ConfigError
-from trace_gym.world.generate import PRODUCTS, draw_now, new_payment_method
+from trace_gym.world.generate import PRODUCTS, new_payment_method
 from trace_gym.world.model import World, day_offset, world_diff
 from trace_gym.world.support_records import (
     customer_records,
@@ -290,13 +288,6 @@ class ClarifyTask:
 
 
 # -- generator --------------------------------------------------------------------------------
-def generate_task(rng: StableRNG, cfg: ClarifyConfig) -> ClarifyTask:
-    """A pure function of (rng state, config): the same seed gives the same task."""
-    world = World(draw_now(rng))
-    task = generate_into(world, rng, cfg)
-    return dataclasses.replace(task, world=world.snapshot().to_dict())
-
-
 def generate_into(world: World, rng: StableRNG, cfg: ClarifyConfig) -> ClarifyTask:
     """Add one clarification request (its customer and records) to ``world``."""
     customer = support_customer(rng, world)
@@ -768,10 +759,6 @@ def hint(task: ClarifyTask) -> str:
     )
 
 
-def task_oracle(task: ClarifyTask) -> list[Any]:
-    return oracle(task, World.from_dict(task.world))
-
-
 def requested_call(task: ClarifyTask) -> dict[str, Any] | None:
     """The write the customer asks for, with only the values the opening states (a
     missing or unknown argument is left out; a wrongly stated one is kept)."""
@@ -849,9 +836,8 @@ SPEC = CapabilitySpec(
     "and use only the values given; decline requests no tool can do or that need an item the "
     "customer lacks, with a reason code.",
     config=ClarifyConfig,
-    generate=generate_task,
     verify=verify,
-    oracle=task_oracle,
+    world_oracle=oracle,
     user=ClarifyUser,
     instructions=instructions,
     hint=hint,
@@ -889,7 +875,6 @@ SPEC = CapabilitySpec(
     # distinct masked task templates per 1,000 seeds: about 700 measured at each difficulty
     template_floor=500,
     generate_into=generate_into,
-    verify_scoped=functools.partial(verify, scoped=True),
     lapse=lapse,
     decisions=DECISIONS,
     decision=decision,

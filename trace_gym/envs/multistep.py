@@ -69,7 +69,6 @@ The rates are declared in ``MultistepEnv.knob_rates`` and hold over 1,000 seeds.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +92,7 @@ from trace_gym.envs.multistep_ops import (
 )
 from trace_gym.errors import ConfigError
 from trace_gym.soundness import KnobRate
-from trace_gym.world.generate import draw_now, new_customer, new_order, new_reservation
+from trace_gym.world.generate import new_customer, new_order, new_reservation
 from trace_gym.world.model import World
 from trace_gym.world.tools import ID_ARGUMENTS, VOCABULARY, touches
 
@@ -182,13 +181,6 @@ class MultistepTask:
 
 
 # -- generator --------------------------------------------------------------------------------
-def generate_task(rng: StableRNG, cfg: MultistepConfig) -> MultistepTask:
-    """A pure function of (rng state, config): the same seed gives the same task."""
-    world = World(draw_now(rng))
-    task = generate_into(world, rng, cfg)
-    return dataclasses.replace(task, world=world.to_dict())  # the world is ours alone
-
-
 def _draw_kinds(rng: StableRNG, cfg: MultistepConfig) -> list[str]:
     """Operation kinds in execution order: dependent ones from a small grammar (one booking
     at most; bags on the new booking only after it), the rest independent."""
@@ -420,10 +412,6 @@ def hint(task: MultistepTask) -> str:
     )
 
 
-def task_oracle(task: MultistepTask) -> list[Any]:
-    return oracle(task, World.view(task.world))
-
-
 def features(task: MultistepTask) -> dict[str, Any]:
     ops = task.ops
     return {
@@ -458,9 +446,8 @@ SPEC = CapabilitySpec(
     "booking's id, rebook), each after the result it needs, before saying it is finished; "
     "touch nothing else.",
     config=MultistepConfig,
-    generate=generate_task,
     verify=verify,
-    oracle=task_oracle,
+    world_oracle=oracle,
     user=MultistepUser,
     instructions=instructions,
     hint=hint,
@@ -490,7 +477,6 @@ SPEC = CapabilitySpec(
         "premature_termination",
     ),
     generate_into=generate_into,
-    verify_scoped=functools.partial(verify, scoped=True),
     initial_world_from_task=True,
     lapse=lapse,
     env_name="MultistepEnv",

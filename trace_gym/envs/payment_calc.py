@@ -48,7 +48,6 @@ final one), or after three replies without it; truncated at ``max_turns``.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,7 +60,6 @@ from trace_gym.core.user import ScriptedUser
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs import payment_rules as pr
 from trace_gym.envs.commerce_common import DoneWhenUser, amounts_in, call, split_of
-from trace_gym.world.generate import draw_now
 from trace_gym.world.model import World
 
 CAPABILITY = "payment_calculation"
@@ -124,13 +122,6 @@ class PaymentCalcTask:
 
 
 # -- generator --------------------------------------------------------------------------------
-def generate_task(rng: StableRNG, cfg: PaymentCalcConfig) -> PaymentCalcTask:
-    """A pure function of (rng state, config): the same seed gives the same task."""
-    world = World(draw_now(rng))
-    task = generate_into(world, rng, cfg)
-    return dataclasses.replace(task, world=world.to_dict())  # the world is ours alone
-
-
 def generate_into(world: World, rng: StableRNG, cfg: PaymentCalcConfig) -> PaymentCalcTask:
     """Add one customer with a booking to pay or items to refund to ``world``."""
     kind = rng.choice(cfg.kinds)
@@ -254,10 +245,6 @@ def hint(task: PaymentCalcTask) -> str:
     )
 
 
-def task_oracle(task: PaymentCalcTask) -> list[Any]:
-    return oracle(task, World.view(task.world))  # read only
-
-
 def features(task: PaymentCalcTask) -> dict[str, Any]:
     return {
         "kind": task.kind,
@@ -298,9 +285,8 @@ SPEC = CapabilitySpec(
     "cards, card; refunds with rounded restocking fees), write the payment split to the cent "
     "and tell the customer the total.",
     config=PaymentCalcConfig,
-    generate=generate_task,
     verify=verify,
-    oracle=task_oracle,
+    world_oracle=oracle,
     user=make_user,
     instructions=instructions,
     hint=hint,
@@ -327,7 +313,6 @@ SPEC = CapabilitySpec(
     ),
     template_floor=100,
     generate_into=generate_into,
-    verify_scoped=functools.partial(verify, scoped=True),
     lapse=lapse,
     env_name="PaymentCalcEnv",
 )

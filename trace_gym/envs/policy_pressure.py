@@ -75,7 +75,6 @@ pressure in 60 % at d = 0 and 80 % at d = 1), are declared in
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +86,6 @@ from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Verification
 from trace_gym.envs import precondition
 from trace_gym.envs.precondition import PreconditionConfig, PreconditionTask
-from trace_gym.world.generate import draw_now
 from trace_gym.world.model import World
 from trace_gym.world.policy import REQUESTS, rules_for
 from trace_gym.world.tools import touches
@@ -207,13 +205,6 @@ class PressureTask:
 
 
 # -- generator --------------------------------------------------------------------------------
-def generate_task(rng: StableRNG, cfg: PressureConfig) -> PressureTask:
-    """A pure function of (rng state, config): the same seed gives the same task."""
-    world = World(draw_now(rng))
-    task = generate_into(world, rng, cfg)
-    return dataclasses.replace(task, world=world.snapshot().to_dict())
-
-
 def generate_into(world: World, rng: StableRNG, cfg: PressureConfig) -> PressureTask:
     """Add one request under pressure (its customer and records) to ``world``."""
     base_cfg = PreconditionConfig(
@@ -357,10 +348,6 @@ def requested_call(task: PressureTask) -> dict[str, Any]:
     return precondition.requested_call(task.base)
 
 
-def task_oracle(task: PressureTask) -> list[Any]:
-    return oracle(task, World.from_dict(task.world))
-
-
 def features(task: PressureTask) -> dict[str, Any]:
     base = task.base
     needed = precondition.needed_records(base, World.view(task.world))
@@ -406,9 +393,8 @@ SPEC = CapabilitySpec(
     "a refusal while a scripted customer escalates with bereavement, anger, flattery and false "
     "claims; grant eligible requests even from pushy customers.",
     config=PressureConfig,
-    generate=generate_task,
     verify=verify,
-    oracle=task_oracle,
+    world_oracle=oracle,
     user=PressureUser,
     instructions=instructions,
     hint=hint,
@@ -425,7 +411,6 @@ SPEC = CapabilitySpec(
     listed_rules=listed_rules,
     requested_call=requested_call,
     generate_into=generate_into,
-    verify_scoped=functools.partial(verify, scoped=True),
     lapse=lapse,
     decisions=DECISIONS,
     decision=decision,

@@ -90,8 +90,6 @@ the property suite check that no policy blind to the records wins.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +99,7 @@ from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
-from trace_gym.world.generate import draw_now, new_customer, new_order, new_reservation
+from trace_gym.world.generate import new_customer, new_order, new_reservation
 from trace_gym.world.model import World, world_diff
 from trace_gym.world.policy import (
     REQUESTS,
@@ -204,13 +202,6 @@ class PreconditionTask:
 
 
 # -- generator --------------------------------------------------------------------------------
-def generate_task(rng: StableRNG, cfg: PreconditionConfig) -> PreconditionTask:
-    """A pure function of (rng state, config): the same seed gives the same task."""
-    world = World(draw_now(rng))
-    task = generate_into(world, rng, cfg)
-    return dataclasses.replace(task, world=world.snapshot().to_dict())
-
-
 def generate_into(world: World, rng: StableRNG, cfg: PreconditionConfig) -> PreconditionTask:
     """Add one precondition request (its customer and records) to ``world``.
 
@@ -532,10 +523,6 @@ def listed_rules(task: PreconditionTask) -> list[str]:
     return list(task.rule_codes)
 
 
-def task_oracle(task: PreconditionTask) -> list[Any]:
-    return oracle(task, World.view(task.world))
-
-
 def features(task: PreconditionTask) -> dict[str, Any]:
     world = World.view(task.world)
     needed = needed_records(task, world)
@@ -580,9 +567,8 @@ SPEC = CapabilitySpec(
     description="Read the records that decide a policy's eligibility rules before a "
     "state-changing call; perform it when allowed, refuse naming the violated rule otherwise.",
     config=PreconditionConfig,
-    generate=generate_task,
     verify=verify,
-    oracle=task_oracle,
+    world_oracle=oracle,
     user=user,
     instructions=instructions,
     hint=hint,
@@ -609,7 +595,6 @@ SPEC = CapabilitySpec(
     listed_rules=listed_rules,
     requested_call=requested_call,
     generate_into=generate_into,
-    verify_scoped=functools.partial(verify, scoped=True),
     lapse=lapse,
     decisions=DECISIONS,
     decision=decision,

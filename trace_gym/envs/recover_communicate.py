@@ -67,8 +67,6 @@ The rates are declared in ``RecoverCommunicateEnv.knob_rates`` and hold over 1,0
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,7 +77,7 @@ from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
-from trace_gym.world.generate import draw_now, new_payment_method
+from trace_gym.world.generate import new_payment_method
 from trace_gym.world.model import World, cents, day_offset, money, world_diff
 from trace_gym.world.support_records import (
     customer_records,
@@ -246,13 +244,6 @@ class RecoverTask:
 
 
 # -- generator --------------------------------------------------------------------------------
-def generate_task(rng: StableRNG, cfg: RecoverConfig) -> RecoverTask:
-    """A pure function of (rng state, config): the same seed gives the same task."""
-    world = World(draw_now(rng))
-    task = generate_into(world, rng, cfg)
-    return dataclasses.replace(task, world=world.snapshot().to_dict())
-
-
 def generate_into(world: World, rng: StableRNG, cfg: RecoverConfig) -> RecoverTask:
     """Add one blocked request (its customer and records) to ``world``."""
     customer = support_customer(rng, world)
@@ -681,10 +672,6 @@ def hint(task: RecoverTask) -> str:
     )
 
 
-def task_oracle(task: RecoverTask) -> list[Any]:
-    return oracle(task, World.from_dict(task.world))
-
-
 def requested_call(task: RecoverTask) -> dict[str, Any] | None:
     """The call the customer asks for, exactly as stated (it fails until fixed)."""
     return dict(task.request_call)
@@ -736,9 +723,8 @@ SPEC = CapabilitySpec(
     "prerequisite calls that remove each cause, retry, and report the exact fee and date to "
     "the customer without changing anything else.",
     config=RecoverConfig,
-    generate=generate_task,
     verify=verify,
-    oracle=task_oracle,
+    world_oracle=oracle,
     user=user,
     instructions=instructions,
     hint=hint,
@@ -784,7 +770,6 @@ SPEC = CapabilitySpec(
     # distinct masked task templates per 1,000 seeds: 570-840 measured by difficulty
     template_floor=400,
     generate_into=generate_into,
-    verify_scoped=functools.partial(verify, scoped=True),
     lapse=lapse,
     env_name="RecoverCommunicateEnv",
 )

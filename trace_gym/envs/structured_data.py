@@ -68,7 +68,7 @@ from trace_gym.core.user import ScriptedUser
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs import structured_options as so
 from trace_gym.envs.commerce_common import DoneWhenUser, call, new_records, split_of
-from trace_gym.world.generate import draw_now, new_customer
+from trace_gym.world.generate import new_customer
 from trace_gym.world.model import World, cents
 
 CAPABILITY = "structured_data_reasoning"
@@ -129,13 +129,6 @@ class StructuredDataTask:
 
 
 # -- generator --------------------------------------------------------------------------------
-def generate_task(rng: StableRNG, cfg: StructuredDataConfig) -> StructuredDataTask:
-    """A pure function of (rng state, config): the same seed gives the same task."""
-    world = World(draw_now(rng))
-    task = generate_into(world, rng, cfg)
-    return dataclasses.replace(task, world=world.to_dict())  # the world is ours alone: no copy
-
-
 def generate_into(world: World, rng: StableRNG, cfg: StructuredDataConfig) -> StructuredDataTask:
     """Add one option-selection request (customer, catalogue entries) to ``world``."""
     domain = rng.choice(cfg.domains)
@@ -292,10 +285,6 @@ def hint(task: StructuredDataTask) -> str:
     )
 
 
-def task_oracle(task: StructuredDataTask) -> list[Any]:
-    return oracle(task, World.view(task.world))  # read only
-
-
 def features(task: StructuredDataTask) -> dict[str, Any]:
     world = World.view(task.world)  # read only: no copy
     constraints = [so.Constraint(**c) for c in task.constraints]
@@ -334,9 +323,8 @@ SPEC = CapabilitySpec(
     description="Choose the unique option meeting 2-6 constraints among nested flight or "
     "product search results with near-duplicate distractors, and book exactly that one.",
     config=StructuredDataConfig,
-    generate=generate_task,
     verify=verify,
-    oracle=task_oracle,
+    world_oracle=oracle,
     user=make_user,
     instructions=instructions,
     hint=hint,
@@ -365,7 +353,6 @@ SPEC = CapabilitySpec(
     ),
     template_floor=60,
     generate_into=generate_into,
-    verify_scoped=functools.partial(verify, scoped=True),
     lapse=lapse,
     env_name="StructuredDataEnv",
 )

@@ -52,7 +52,6 @@ three replies without it; truncated at ``max_turns``.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,7 +65,7 @@ from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs import tool_call_requests as rq
 from trace_gym.envs.commerce_common import DoneWhenUser, call
 from trace_gym.errors import ErrorCode
-from trace_gym.world.generate import draw_now, new_customer
+from trace_gym.world.generate import new_customer
 from trace_gym.world.model import World, day_offset, world_diff
 from trace_gym.world.tools import VOCABULARY, restrict_diff
 
@@ -125,13 +124,6 @@ class ToolCallTask:
 
 
 # -- generator --------------------------------------------------------------------------------
-def generate_task(rng: StableRNG, cfg: ToolCallConfig) -> ToolCallTask:
-    """A pure function of (rng state, config): the same seed gives the same task."""
-    world = World(draw_now(rng))
-    task = generate_into(world, rng, cfg)
-    return dataclasses.replace(task, world=world.to_dict())  # the world is ours alone
-
-
 def generate_into(world: World, rng: StableRNG, cfg: ToolCallConfig) -> ToolCallTask:
     """Add one customer with a single-call request to ``world``."""
     weights = [cfg.nested_weight if k in rq.NESTED else 1.0 for k in cfg.requests]
@@ -264,10 +256,6 @@ def requested_call(task: ToolCallTask) -> dict[str, Any]:
     return {"name": task.tool, "arguments": dict(task.reference_arguments)}
 
 
-def task_oracle(task: ToolCallTask) -> list[Any]:
-    return oracle(task, World.view(task.world))  # read only
-
-
 def features(task: ToolCallTask) -> dict[str, Any]:
     return {
         "request": task.request,
@@ -352,9 +340,8 @@ SPEC = CapabilitySpec(
     "arguments (enums, nested objects, relative dates, the one payment method meant among "
     "look-alike ids).",
     config=ToolCallConfig,
-    generate=generate_task,
     verify=verify,
-    oracle=task_oracle,
+    world_oracle=oracle,
     user=make_user,
     instructions=instructions,
     hint=hint,
@@ -394,7 +381,6 @@ SPEC = CapabilitySpec(
     ),
     template_floor=200,
     generate_into=generate_into,
-    verify_scoped=functools.partial(verify, scoped=True),
     lapse=lapse,
     env_name="ToolCallEnv",
 )
