@@ -110,6 +110,7 @@ from trace_gym.world.policy import (
     rules_for,
     violated_rules,
 )
+from trace_gym.world.support_records import customer_records
 from trace_gym.world.tools import VOCABULARY, records_read, restrict_diff, touches
 
 CAPABILITY = "precondition_verification"
@@ -266,7 +267,7 @@ def generate_into(world: World, rng: StableRNG, cfg: PreconditionConfig) -> Prec
         item_names=[i["name"] for i in target["items"]] if kind == "return_order" else [],
         opening=_opening(kind, customer, target, reason),
         n_distractors=cfg.n_distractors,
-        owned=owned_records(world, customer["customer_id"]),
+        owned=customer_records(world, customer["customer_id"]),
         world={},
     )
 
@@ -305,16 +306,6 @@ def decision_plan(task: PreconditionTask, chosen: str) -> list[Any]:
         why = f"The request is not eligible under rule {code}."
         return [*turns, _call("refuse", reason_code=code, explanation=why), f"I'm sorry: {why}"]
     raise ValueError(f"unknown decision {chosen!r}; {ENV_ID} declares {sorted(DECISIONS)}")
-
-
-def owned_records(world: World, customer_id: str) -> list[list[str]]:
-    """The customer and everything that belongs to them: what this request is about."""
-    customer = world.tables["customers"][customer_id]
-    out = [["customers", customer_id]]
-    out += [["orders", k] for k in customer["order_ids"]]
-    out += [["reservations", k] for k in customer["reservation_ids"]]
-    out += [["payment_methods", k] for k in customer["payment_method_ids"]]
-    return out
 
 
 def _holds(world: World, kind: str, target: str, code: str) -> bool:
