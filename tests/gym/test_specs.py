@@ -159,3 +159,22 @@ def test_a_spec_without_either_form_of_a_hook_is_refused() -> None:
         CapabilitySpec(**_fields(precondition.SPEC, generate=None, generate_into=None))
     with pytest.raises(ConfigError, match="world_oracle"):
         CapabilitySpec(**_fields(precondition.SPEC, oracle=None, world_oracle=None))
+
+
+def test_the_authoring_surface_is_public_and_light() -> None:
+    """``from trace_gym import CapabilitySpec, ...`` in a fresh interpreter, without torch or
+    litellm (a module author's environment must not need the training stack)."""
+    import subprocess
+    import sys
+
+    import trace_gym
+
+    authoring = {"CapabilitySpec", "SpecConfig", "knob", "KnobRate", "task_world", "World"}
+    assert authoring <= set(trace_gym.__all__)
+    assert trace_gym.CapabilitySpec is CapabilitySpec
+    code = (
+        "import sys; from trace_gym import CapabilitySpec, SpecConfig, knob, KnobRate; "
+        "print(sorted(m for m in ('torch', 'litellm', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
