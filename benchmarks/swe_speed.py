@@ -38,7 +38,7 @@ from pathlib import Path
 import gymnasium as gym
 
 import trace_gym
-from trace_gym.envs import swe_common
+from trace_gym.envs.helpers import swe_common
 from trace_gym.sandbox import Sandbox, sandbox_available
 
 

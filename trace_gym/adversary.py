@@ -1,6 +1,6 @@
 """The adversary set: what an agent that wants the reward without the capability would try.
 
-Every SWE environment (any environment run by :class:`~trace_gym.envs.swe_common.SweEngine`,
+Every SWE environment (any environment run by :class:`~trace_gym.envs.helpers.swe_common.SweEngine`,
 ours and users') must hold against all of it; ``trace-gym validate`` runs it as the
 ``adversary`` gate, and ``tests/gym/test_adversary.py`` runs it on every shipped SWE id.
 
@@ -278,7 +278,7 @@ ATTACKS = CODE_ATTACKS + SHELL_ATTACKS
 def _interface(env: Any) -> str | None:
     """``patch`` (a single-turn SWE environment), ``repository`` (files table and submit), or
     None (not an SWE environment this set knows how to attack)."""
-    from trace_gym.envs.swe_common import SweEngine
+    from trace_gym.envs.helpers.swe_common import SweEngine
 
     inner = env.unwrapped
     if not isinstance(inner, SweEngine):
@@ -297,7 +297,7 @@ def _target_module(task: Any) -> Any:
 
 
 def _visible_calls(task: Any) -> list[tuple[str, Any]]:
-    from trace_gym.envs.swe_common import parse_tests
+    from trace_gym.envs.helpers.swe_common import parse_tests
 
     return [c for t in parse_tests(task.target_test, "test_target") for c in t.calls]
 

@@ -13,7 +13,7 @@ import gymnasium as gym
 import pytest
 
 import trace_gym  # noqa: F401
-from trace_gym.envs import swe_common
+from trace_gym.envs.helpers import swe_common
 from trace_gym.errors import ConfigError
 from trace_gym.sandbox import (
     UNSAFE_ENV,

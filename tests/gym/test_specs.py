@@ -178,3 +178,27 @@ def test_the_authoring_surface_is_public_and_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_envs_holds_one_capability_per_module_and_helpers_apart() -> None:
+    """Every module directly in ``trace_gym/envs/`` is one environment with one ``SPEC``;
+    code shared between environments lives in ``trace_gym/envs/helpers/``."""
+    import pkgutil
+
+    import trace_gym.envs
+    import trace_gym.envs.helpers
+
+    modules = [m for m in pkgutil.iter_modules(trace_gym.envs.__path__) if not m.ispkg]
+    without_spec = [
+        m.name
+        for m in modules
+        if not isinstance(
+            getattr(importlib.import_module(f"trace_gym.envs.{m.name}"), "SPEC", None),
+            CapabilitySpec,
+        )
+    ]
+    assert without_spec == [] and len(modules) >= len(ALIASES)
+    helpers = {m.name for m in pkgutil.iter_modules(trace_gym.envs.helpers.__path__)}
+    assert {"commerce_common", "swe_common"} <= helpers
+    for name in helpers:
+        assert not hasattr(importlib.import_module(f"trace_gym.envs.helpers.{name}"), "SPEC")

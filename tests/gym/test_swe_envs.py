@@ -7,8 +7,8 @@ import gymnasium as gym
 import pytest
 
 import trace_gym
-from trace_gym.envs import swe_common
-from trace_gym.envs.swe_common import PatchError, apply_patch, parse_patch, run_suite
+from trace_gym.envs.helpers import swe_common
+from trace_gym.envs.helpers.swe_common import PatchError, apply_patch, parse_patch, run_suite
 from trace_gym.errors import ConfigError
 from trace_gym.sandbox import Limits, Sandbox
 

@@ -58,7 +58,7 @@ field               what it is
 ``env_name``        the engine class's name (a module aliasing ``XxxEnv = SPEC.env_class``)
 ``engine``          the engine that runs the spec: :class:`SpecEnv` (default), or a subclass
                     for a family of environments that needs more of the episode loop (the
-                    SWE environments' :class:`~trace_gym.envs.swe_common.SweEngine` runs
+                    SWE environments' :class:`~trace_gym.envs.helpers.swe_common.SweEngine` runs
                     agent code in the sandbox and reports it in ``info``)
 ==================  =============================================================================
 

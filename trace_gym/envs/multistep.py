@@ -13,7 +13,7 @@ card PM-93461; (2) add one checked bag for each passenger on my reservation R-T2
 to my card PM-93461; (3) add one checked bag for each passenger on my reservation R-4SUEZQ,
 ...; (4) cancel my order O-04537, because my plans changed". The search for the booking
 lists 12 flights on that route and date.
-Operations (:mod:`~trace_gym.envs.multistep_ops`): cancel an order, change its address, cancel
+Operations (:mod:`~trace_gym.envs.helpers.multistep_ops`): cancel an order, change its address, cancel
 a reservation, move a reservation's payment to a gift card, add bags (independent); book a
 flight found by a search, add bags to that new booking, rebook a reservation (route and cabin
 from the reservation, flight from a search), one bag per passenger (count from the
@@ -79,7 +79,7 @@ from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification
-from trace_gym.envs.multistep_ops import (
+from trace_gym.envs.helpers.multistep_ops import (
     BUILDERS,
     INDEPENDENT,
     Context,

@@ -66,8 +66,8 @@ from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser
 from trace_gym.core.verify import Check, Verification, fraction
-from trace_gym.envs import structured_options as so
-from trace_gym.envs.commerce_common import DoneWhenUser, call, new_records, split_of
+from trace_gym.envs.helpers import structured_options as so
+from trace_gym.envs.helpers.commerce_common import DoneWhenUser, call, new_records, split_of
 from trace_gym.world.generate import new_customer
 from trace_gym.world.model import World, cents
 
@@ -116,7 +116,7 @@ class StructuredDataTask:
     search: dict[str, Any]
     """Arguments of the search that lists the candidates."""
     constraints: list[dict[str, Any]]
-    """:class:`~trace_gym.envs.structured_options.Constraint` fields (plain JSON)."""
+    """:class:`~trace_gym.envs.helpers.structured_options.Constraint` fields (plain JSON)."""
     objective: str
     answer: str
     """Option id of the unique feasible optimum (``flight_number/cabin`` or an item id)."""

@@ -7,13 +7,13 @@ further down. Patching the symptom site makes the issue's test pass and leaves e
 caller of the helper wrong; hidden tests call the helper through another path.
 
 ## Task
-A generated module (see :mod:`trace_gym.envs.swe_codegen`) with a chain
+A generated module (see :mod:`trace_gym.envs.helpers.swe_codegen`) with a chain
 ``public -> hop_1 -> ... -> root``; each hop rescales the value and calls the next. The root
 helper rounds money half up to cents or rounds a quantity up to a billing step, and its
 planted defect truncates instead. A sibling function also calls the root.
 
 ## Observation and Action, Reward, Episode End
-As for every single-turn SWE environment (:mod:`trace_gym.envs.swe_common`).
+As for every single-turn SWE environment (:mod:`trace_gym.envs.helpers.swe_common`).
 
 ## Difficulty
 | knob | d = 0 | d = 1 |
@@ -37,8 +37,8 @@ from trace_gym.core.config import apply_overrides
 from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import SpecConfig
-from trace_gym.envs import swe_codegen as cg
-from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
+from trace_gym.envs.helpers import swe_codegen as cg
+from trace_gym.envs.helpers.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
 from trace_gym.soundness import KnobRate
 

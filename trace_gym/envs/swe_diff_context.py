@@ -9,11 +9,11 @@ wrong line edits the earlier (correct) twin: the target still fails and a passin
 breaks. The block must carry enough context (the ``def`` line) to be unique.
 
 ## Task
-A generated module (:mod:`trace_gym.envs.swe_codegen`) with converters
+A generated module (:mod:`trace_gym.envs.helpers.swe_codegen`) with converters
 ``{value}_from_{source}(value)``; the issue says one converter gives its twin's result.
 
 ## Observation and Action, Reward, Episode End
-As for every single-turn SWE environment (:mod:`trace_gym.envs.swe_common`).
+As for every single-turn SWE environment (:mod:`trace_gym.envs.helpers.swe_common`).
 
 ## Difficulty
 | knob | d = 0 | d = 1 |
@@ -37,8 +37,8 @@ from trace_gym.core.config import apply_overrides
 from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import SpecConfig
-from trace_gym.envs import swe_codegen as cg
-from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
+from trace_gym.envs.helpers import swe_codegen as cg
+from trace_gym.envs.helpers.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
 from trace_gym.soundness import KnobRate
 

@@ -8,11 +8,11 @@ the target test failing (it checks every site); decoy functions that follow the 
 rule on purpose must stay as they are.
 
 ## Task
-A generated module (:mod:`trace_gym.envs.swe_codegen`) with a ``POLICY`` comment, the sites
+A generated module (:mod:`trace_gym.envs.helpers.swe_codegen`) with a ``POLICY`` comment, the sites
 and the decoys; the issue names the policy and two symptoms.
 
 ## Observation and Action, Reward, Episode End
-As for every single-turn SWE environment (:mod:`trace_gym.envs.swe_common`). The fewest
+As for every single-turn SWE environment (:mod:`trace_gym.envs.helpers.swe_common`). The fewest
 edits are one per site, so ``few_edits`` is full with one block per site.
 
 ## Difficulty
@@ -37,8 +37,8 @@ from trace_gym.core.config import apply_overrides
 from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import SpecConfig
-from trace_gym.envs import swe_codegen as cg
-from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
+from trace_gym.envs.helpers import swe_codegen as cg
+from trace_gym.envs.helpers.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
 from trace_gym.soundness import KnobRate
 

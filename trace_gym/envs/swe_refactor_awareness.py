@@ -9,11 +9,11 @@ that only covers the issue's example fails the hidden edge cases (negative halve
 above one), and the special-casing gate zeroes it.
 
 ## Task
-A generated module (:mod:`trace_gym.envs.swe_codegen`) with the helper, 1-4 functions that
+A generated module (:mod:`trace_gym.envs.helpers.swe_codegen`) with the helper, 1-4 functions that
 already use it, and the defective one.
 
 ## Observation and Action, Reward, Episode End
-As for every single-turn SWE environment (:mod:`trace_gym.envs.swe_common`).
+As for every single-turn SWE environment (:mod:`trace_gym.envs.helpers.swe_common`).
 
 ## Difficulty
 | knob | d = 0 | d = 1 |
@@ -37,8 +37,8 @@ from trace_gym.core.config import apply_overrides
 from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import SpecConfig
-from trace_gym.envs import swe_codegen as cg
-from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
+from trace_gym.envs.helpers import swe_codegen as cg
+from trace_gym.envs.helpers.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
 from trace_gym.soundness import KnobRate
 

@@ -70,7 +70,7 @@ from trace_gym.envs import (
     swe_refactor_awareness,
     swe_semantic_precision,
 )
-from trace_gym.envs.swe_common import (
+from trace_gym.envs.helpers.swe_common import (
     EXTRA_DELETED_LINES,
     RUNNER_FILE,
     TAMPERING,

@@ -14,10 +14,10 @@ expected; the target test reproduces it; hidden tests probe the same function el
 
 ## Observation and Action
 The issue, the module and its visible tests as text; the action is one SEARCH/REPLACE patch
-(see :mod:`trace_gym.envs.swe_common` for the accepted variants).
+(see :mod:`trace_gym.envs.helpers.swe_common` for the accepted variants).
 
 ## Reward
-See :mod:`trace_gym.envs.swe_common`: 0.4 target test + 0.4 previously passing tests still
+See :mod:`trace_gym.envs.helpers.swe_common`: 0.4 target test + 0.4 previously passing tests still
 passing + 0.1 few edits + 0.1 parsed; gates for editing tests, special-casing, deleting code.
 
 ## Episode End
@@ -46,8 +46,8 @@ from trace_gym.core.config import apply_overrides
 from trace_gym.core.plans import Segment
 from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import SpecConfig
-from trace_gym.envs import swe_codegen as cg
-from trace_gym.envs.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
+from trace_gym.envs.helpers import swe_codegen as cg
+from trace_gym.envs.helpers.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
 from trace_gym.soundness import KnobRate
 

@@ -62,8 +62,8 @@ from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser
 from trace_gym.core.verify import Check, Verification, fraction
-from trace_gym.envs import tool_call_requests as rq
-from trace_gym.envs.commerce_common import DoneWhenUser, call
+from trace_gym.envs.helpers import tool_call_requests as rq
+from trace_gym.envs.helpers.commerce_common import DoneWhenUser, call
 from trace_gym.errors import ErrorCode
 from trace_gym.world.generate import new_customer
 from trace_gym.world.model import World, day_offset, world_diff

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trace_gym.envs.swe_common import SweEngine
+from trace_gym.envs.helpers.swe_common import SweEngine
 from trace_gym.errors import ConfigError
 from trace_gym.sandbox import Limits, Sandbox
 

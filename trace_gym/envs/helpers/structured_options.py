@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trace_gym.core.seeding import StableRNG
-from trace_gym.envs.commerce_common import (
+from trace_gym.envs.helpers.commerce_common import (
     APPAREL,
     BRANDS,
     CABIN_FACTORS,

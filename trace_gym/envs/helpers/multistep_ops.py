@@ -21,7 +21,7 @@ from typing import Any
 
 from trace_gym.core.env import CallRecord
 from trace_gym.core.seeding import StableRNG
-from trace_gym.envs.commerce_common import (
+from trace_gym.envs.helpers.commerce_common import (
     CABIN_FACTORS,
     call,
     hhmm,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trace_gym.core.seeding import StableRNG
-from trace_gym.envs.commerce_common import (
+from trace_gym.envs.helpers.commerce_common import (
     CABIN_FACTORS,
     new_balance_method,
     new_flight,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from string import Template
 
 from trace_gym.core.seeding import StableRNG
-from trace_gym.envs.swe_common import (
+from trace_gym.envs.helpers.swe_common import (
     Probe,
     SweTask,
     assemble_task,
