@@ -25,12 +25,8 @@ PACKAGES = ("trace_gym", "trace_diagnose", "trace_train")
 KNOWN_TRACE_GYM_CYCLES: dict[tuple[str, str], str] = {
     # (importer, imported), each a module or a package standing for its modules: the import
     # allowed for now, and the cycle it closes. Empty this, entry by entry.
-    ("trace_gym.core.user", "trace_gym.core.env"): "core/env.py <-> core/user.py: the user "
-    "reads EpisodeState, the env builds users",
     ("trace_gym.user_envs", "trace_gym.registration"): "registration.py <-> user_envs.py",
     ("trace_gym.soundness", "trace_gym.testing"): "soundness.py <-> testing.py",
-    ("trace_gym.agents.baselines", "trace_gym.agents.deficit"): "agents: baselines builds "
-    "deficit agents, deficit extends PlanAgent from baselines",
     ("trace_gym.core", "trace_gym.world"): "core <-> world: the contract imports the world "
     "model and tools, the world imports core's seeding and tools",
 }

@@ -6,11 +6,11 @@ from trace_gym.agents.baselines import (
     CallEveryToolAgent,
     NullAgent,
     OracleAgent,
-    PlanAgent,
     RandomAgent,
     arguments_from_schema,
     make_agent,
 )
+from trace_gym.agents.plan import PlanAgent
 
 __all__ = [
     "Agent",

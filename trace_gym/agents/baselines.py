@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
+from trace_gym.agents.plan import PlanAgent
 from trace_gym.core.env import TraceEnv
 from trace_gym.core.seeding import StableRNG, derive_seed
 
@@ -23,24 +24,6 @@ class Agent(Protocol):
     def reset(self, env: TraceEnv, obs: str, info: dict[str, Any]) -> None: ...
 
     def act(self, obs: str, info: dict[str, Any]) -> Any: ...
-
-
-class PlanAgent:
-    """Plays a fixed list of assistant turns, then says goodbye until the episode ends."""
-
-    def __init__(self, plan: list[Any], name: str = "plan") -> None:
-        self.plan = list(plan)
-        self.name = name
-        self._next = 0
-
-    def reset(self, env: TraceEnv, obs: str, info: dict[str, Any]) -> None:
-        self._next = 0
-
-    def act(self, obs: str, info: dict[str, Any]) -> Any:
-        self._next += 1
-        if self._next <= len(self.plan):
-            return self.plan[self._next - 1]
-        return "Is there anything else I can help you with?"
 
 
 class OracleAgent(PlanAgent):

@@ -41,7 +41,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from trace_gym.agents.baselines import PlanAgent
+from trace_gym.agents.plan import PlanAgent
 from trace_gym.core.env import TraceEnv
 from trace_gym.core.plans import (  # noqa: F401  (re-exported: lapses import them from here)
     LAPSES,

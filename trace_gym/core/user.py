@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trace_gym.core.env import EpisodeState
+    from trace_gym.core.episode import EpisodeState
 
 
 @dataclass(frozen=True)
