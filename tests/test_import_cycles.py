@@ -27,8 +27,6 @@ KNOWN_TRACE_GYM_CYCLES: dict[tuple[str, str], str] = {
     # allowed for now, and the cycle it closes. Empty this, entry by entry.
     ("trace_gym.user_envs", "trace_gym.registration"): "registration.py <-> user_envs.py",
     ("trace_gym.soundness", "trace_gym.testing"): "soundness.py <-> testing.py",
-    ("trace_gym.core", "trace_gym.world"): "core <-> world: the contract imports the world "
-    "model and tools, the world imports core's seeding and tools",
 }
 
 

@@ -23,7 +23,6 @@ needs is exported here (see ``docs/adding_an_environment.md``):
 from trace_gym.core.actions import ParsedTurn, ToolCall, parse_action
 from trace_gym.core.env import CallRecord, EpisodeState, TraceEnv
 from trace_gym.core.plans import Segment
-from trace_gym.core.seeding import SPLITS, StableRNG
 from trace_gym.core.spaces import AnyText
 from trace_gym.core.spec import (
     CapabilitySpec,
@@ -33,11 +32,12 @@ from trace_gym.core.spec import (
     knob,
     task_world,
 )
-from trace_gym.core.tools import Tool, ToolRefusal, ToolSet, object_schema
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import REWARD_MODES, Check, Verification, fraction
 from trace_gym.episodes import read_episodes, rescore, run_episode, write_episodes
 from trace_gym.errors import ErrorCode, TraceGymError, UnknownEnvError
+from trace_gym.primitives.seeding import SPLITS, StableRNG
+from trace_gym.primitives.tools import Tool, ToolRefusal, ToolSet, object_schema
 from trace_gym.registration import load_registry, make, register_envs, registered_ids
 from trace_gym.world.model import World
 

@@ -40,10 +40,10 @@ from typing import Any
 import gymnasium as gym
 
 from trace_gym.agents.baselines import Agent, make_agent
-from trace_gym.core.seeding import check_difficulty, check_split, derive_seed
 from trace_gym.decisions import decision_breakdown
 from trace_gym.episodes import run_episode
 from trace_gym.errors import ConfigError
+from trace_gym.primitives.seeding import check_difficulty, check_split, derive_seed
 from trace_gym.registration import entry
 
 MEAN_REWARD_BAND = (0.2, 0.6)

@@ -40,7 +40,8 @@ from trace_gym.errors import ConfigError
 from trace_gym.validate import Gate, Report, validate
 
 ALLOWED_IMPORTS = (
-    "trace_gym.core", "trace_gym.world", "trace_gym.envs", "trace_gym.agents", "trace_gym.errors",
+    "trace_gym.core", "trace_gym.primitives", "trace_gym.world", "trace_gym.envs", "trace_gym.agents",
+    "trace_gym.errors",
     "__future__", "math", "dataclasses", "typing", "itertools", "collections", "re", "json",
     "functools", "enum", "fractions", "decimal", "string", "statistics", "operator",
     "textwrap", "datetime", "abc",

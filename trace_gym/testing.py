@@ -77,9 +77,9 @@ from trace_gym.agents.information_free import (  # re-exported: one module for t
 )
 from trace_gym.core.actions import parse_action
 from trace_gym.core.env import TraceEnv
-from trace_gym.core.seeding import SPLITS, StableRNG
 from trace_gym.episodes import rescore, run_episode
 from trace_gym.errors import ErrorCode
+from trace_gym.primitives.seeding import SPLITS, StableRNG
 from trace_gym.soundness import (  # the unused names are re-exported: one module for the suite
     DECISION_SEEDS,
     DEFAULT_SEEDS,

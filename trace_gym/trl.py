@@ -37,9 +37,9 @@ from typing import Any, Literal
 import gymnasium as gym
 
 from trace_gym.core.env import TraceEnv
-from trace_gym.core.seeding import check_difficulty, check_split
-from trace_gym.core.tools import Tool
 from trace_gym.errors import ConfigError, TraceGymError
+from trace_gym.primitives.seeding import check_difficulty, check_split
+from trace_gym.primitives.tools import Tool
 from trace_gym.registration import entry
 
 ENDED_MESSAGE = "The conversation has ended; no further actions are possible."

@@ -9,10 +9,10 @@ import pytest
 
 import trace_gym
 from trace_gym.core.actions import parse_action
-from trace_gym.core.seeding import StableRNG, derive_seed, task_generator_seed
 from trace_gym.core.spaces import AnyText
 from trace_gym.core.verify import Check, Verification
 from trace_gym.errors import ConfigError, ErrorCode, UnknownEnvError
+from trace_gym.primitives.seeding import StableRNG, derive_seed, task_generator_seed
 from trace_gym.world.tools import VOCABULARY
 
 # -- seeding -----------------------------------------------------------------------------------
@@ -49,7 +49,7 @@ def test_below_is_unbiased_enough_and_in_range():
 def test_split_seeds_are_disjoint_and_stable_across_processes():
     seeds = {split: task_generator_seed("trace/x-v0", split, 5, 0.5) for split in trace_gym.SPLITS}
     assert len(set(seeds.values())) == 3
-    code = "from trace_gym.core.seeding import derive_seed; print(derive_seed('a', 1, 0.5))"
+    code = "from trace_gym.primitives.seeding import derive_seed; print(derive_seed('a', 1, 0.5))"
     outs = {
         subprocess.run(
             [sys.executable, "-c", code],

@@ -18,11 +18,11 @@ import trace_gym
 from trace_gym import testing
 from trace_gym.core.actions import MAX_CALLS_PER_TURN, MAX_JSON_DEPTH, parse_action
 from trace_gym.core.env import INTERNAL_ERROR, TraceEnv, internal_error_count
-from trace_gym.core.tools import Tool, ToolSet, object_schema
 from trace_gym.core.user import ScriptedUser
 from trace_gym.core.verify import Check, Verification
 from trace_gym.episodes import rescore
 from trace_gym.errors import ErrorCode
+from trace_gym.primitives.tools import Tool, ToolSet, object_schema
 from trace_gym.world.model import World
 from trace_gym.world.tools import VOCABULARY
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import AGENT_PREAMBLE, CapabilitySpec, SpecConfig, SpecEnv
 from trace_gym.errors import ConfigError
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.registration import load_registry
 
 SPEC_ENTRIES = [e for e in load_registry() if e.entry_point.endswith(":SPEC")]

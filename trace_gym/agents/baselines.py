@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from trace_gym.agents.plan import PlanAgent
 from trace_gym.core.env import TraceEnv
-from trace_gym.core.seeding import StableRNG, derive_seed
+from trace_gym.primitives.seeding import StableRNG, derive_seed
 
 ID_PATTERN = re.compile(r"\b(?:C|O|R|PM|I|GC|CERT|F)-[A-Z0-9]+(?:-\d+)?\b")
 """Record ids as the customer-service world writes them (C-01234, O-12345, R-4F2K1Q, ...)."""

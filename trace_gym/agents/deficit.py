@@ -52,7 +52,7 @@ from trace_gym.core.plans import (  # noqa: F401  (re-exported: lapses import th
     map_calls,
     turn_calls,
 )
-from trace_gym.core.seeding import StableRNG, derive_seed
+from trace_gym.primitives.seeding import StableRNG, derive_seed
 
 
 def _short_names() -> dict[str, str]:

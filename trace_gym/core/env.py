@@ -47,17 +47,17 @@ from trace_gym.core.actions import (
 )
 from trace_gym.core.episode import CallRecord, EpisodeState
 from trace_gym.core.prompts import TOOL_PROMPT_STYLES, tool_block
-from trace_gym.core.seeding import (
+from trace_gym.core.spaces import AnyText
+from trace_gym.core.user import ScriptedUser
+from trace_gym.core.verify import REWARD_MODES, Check, Verification
+from trace_gym.errors import ActionError, ConfigError, ErrorCode, TraceGymError
+from trace_gym.primitives.seeding import (
     StableRNG,
     check_difficulty,
     check_split,
     task_generator_seed,
 )
-from trace_gym.core.spaces import AnyText
-from trace_gym.core.tools import ToolRefusal, ToolSet
-from trace_gym.core.user import ScriptedUser
-from trace_gym.core.verify import REWARD_MODES, Check, Verification
-from trace_gym.errors import ActionError, ConfigError, ErrorCode, TraceGymError
+from trace_gym.primitives.tools import ToolRefusal, ToolSet
 from trace_gym.world.model import World, json_copy
 
 MAX_TEXT = 200_000

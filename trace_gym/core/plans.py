@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trace_gym.core.seeding import StableRNG
-from trace_gym.core.tools import ToolRefusal, ToolSet
+from trace_gym.primitives.seeding import StableRNG
+from trace_gym.primitives.tools import ToolRefusal, ToolSet
 from trace_gym.world.model import World
 
 

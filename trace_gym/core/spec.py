@@ -93,11 +93,11 @@ from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState, TraceEnv
 from trace_gym.core.plans import LAPSES, Segment
 from trace_gym.core.prompts import AGENT_PREAMBLE, agent_prompt
-from trace_gym.core.seeding import StableRNG
-from trace_gym.core.tools import Tool, ToolSet
 from trace_gym.core.user import ScriptedUser
 from trace_gym.core.verify import Verification
 from trace_gym.errors import ConfigError
+from trace_gym.primitives.seeding import StableRNG
+from trace_gym.primitives.tools import Tool, ToolSet
 from trace_gym.world.model import World
 
 ID_PATTERN = re.compile(r"^[a-z0-9_.-]+/[a-z0-9_.-]+-v(\d+)$")

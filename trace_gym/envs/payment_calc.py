@@ -54,12 +54,12 @@ from typing import Any
 
 from trace_gym.core.env import EpisodeState
 from trace_gym.core.plans import Segment, accepted, replace_call, turn_calls
-from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs.helpers import payment_rules as pr
 from trace_gym.envs.helpers.commerce_common import DoneWhenUser, amounts_in, call, split_of
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.model import World
 
 CAPABILITY = "payment_calculation"

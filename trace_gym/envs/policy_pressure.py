@@ -80,12 +80,12 @@ from typing import Any
 
 from trace_gym.core.env import EpisodeState
 from trace_gym.core.plans import Segment
-from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Verification
 from trace_gym.envs import precondition
 from trace_gym.envs.precondition import PreconditionConfig, PreconditionTask
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.model import World
 from trace_gym.world.policy import REQUESTS, rules_for
 from trace_gym.world.tools import touches

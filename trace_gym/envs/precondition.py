@@ -95,10 +95,10 @@ from typing import Any
 
 from trace_gym.core.env import CallRecord, EpisodeState
 from trace_gym.core.plans import Segment
-from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.generate import new_customer, new_order, new_reservation
 from trace_gym.world.model import World, world_diff
 from trace_gym.world.policy import (

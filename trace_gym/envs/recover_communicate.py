@@ -73,10 +73,10 @@ from typing import Any
 
 from trace_gym.core.env import CallRecord, EpisodeState
 from trace_gym.core.plans import Segment
-from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.generate import new_payment_method
 from trace_gym.world.model import World, cents, day_offset, money, world_diff
 from trace_gym.world.support_records import (

@@ -62,12 +62,12 @@ from typing import Any
 
 from trace_gym.core.env import EpisodeState
 from trace_gym.core.plans import Segment
-from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs.helpers import structured_options as so
 from trace_gym.envs.helpers.commerce_common import DoneWhenUser, call, new_records, split_of
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.generate import new_customer
 from trace_gym.world.model import World, cents
 

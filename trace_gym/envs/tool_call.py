@@ -58,13 +58,13 @@ from typing import Any
 
 from trace_gym.core.env import CallRecord, EpisodeState
 from trace_gym.core.plans import Segment, accepted, replace_call
-from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs.helpers import tool_call_requests as rq
 from trace_gym.envs.helpers.commerce_common import DoneWhenUser, call
 from trace_gym.errors import ErrorCode
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.generate import new_customer
 from trace_gym.world.model import World, day_offset, world_diff
 from trace_gym.world.tools import VOCABULARY, restrict_diff

@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_gym.core.env import EpisodeState
-from trace_gym.core.seeding import StableRNG
 from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
-from trace_gym.core.tools import Tool, object_schema
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs.helpers.commerce_common import DoneWhenUser, call
+from trace_gym.primitives.seeding import StableRNG
+from trace_gym.primitives.tools import Tool, object_schema
 from trace_gym.world.generate import draw_now, new_customer, new_order
 from trace_gym.world.model import World, cents, day_offset, parse_day
 from trace_gym.world.schemas import ORDER_ID

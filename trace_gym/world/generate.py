@@ -1,6 +1,6 @@
 """Seeded builders for world records: customers, payment methods, orders, reservations.
 
-Every builder takes a :class:`~trace_gym.core.seeding.StableRNG` and the world it adds to,
+Every builder takes a :class:`~trace_gym.primitives.seeding.StableRNG` and the world it adds to,
 draws ids that are unique in that world, and returns the record (a plain dict) so the caller
 can adjust fields to plant a rule input. Builders never read the global RNG.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trace_gym.core.seeding import StableRNG
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.model import World, day_offset, money, time_offset
 
 FIRST_NAMES = (

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from trace_gym.core.tools import ToolRefusal
+from trace_gym.primitives.tools import ToolRefusal
 
 TABLES = ("customers", "orders", "reservations", "payment_methods", "flights", "products")
 ID_FIELDS = {

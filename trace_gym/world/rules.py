@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 
-from trace_gym.core.seeding import StableRNG
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.model import World, day_offset, money, parse_day, parse_time, time_offset
 
 Record = tuple[str, str]  # (table, id)

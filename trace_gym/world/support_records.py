@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trace_gym.core.seeding import StableRNG
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.generate import new_customer, new_order, new_payment_method
 from trace_gym.world.model import World, day_offset
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trace_gym.core.tools import Tool, ToolRefusal, object_schema
+from trace_gym.primitives.tools import Tool, ToolRefusal, object_schema
 from trace_gym.world.model import World, json_copy, money
 from trace_gym.world.schemas import (  # noqa: F401  (re-exported)
     CANCEL_REASONS,

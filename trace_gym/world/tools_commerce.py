@@ -15,8 +15,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from trace_gym.core.seeding import StableRNG, derive_seed
-from trace_gym.core.tools import Tool, ToolRefusal, object_schema
+from trace_gym.primitives.seeding import StableRNG, derive_seed
+from trace_gym.primitives.tools import Tool, ToolRefusal, object_schema
 from trace_gym.world.generate import unique_id
 from trace_gym.world.model import World, cents, day_offset, money
 from trace_gym.world.schemas import (

@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from trace_gym.core.tools import Tool, ToolRefusal, object_schema
+from trace_gym.primitives.tools import Tool, ToolRefusal, object_schema
 from trace_gym.world.model import World, day_offset, money, parse_day
 from trace_gym.world.schemas import CUSTOMER_ID, ORDER_ID, PAYMENT_METHOD_ID
 

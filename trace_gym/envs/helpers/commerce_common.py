@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from trace_gym.core.env import EpisodeState
-from trace_gym.core.seeding import StableRNG
 from trace_gym.core.user import ScriptedUser, UserReply
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.generate import AIRPORTS, unique_id
 from trace_gym.world.model import World, cents, money
 from trace_gym.world.schemas import CABIN_NAMES

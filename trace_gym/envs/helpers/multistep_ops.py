@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from trace_gym.core.env import CallRecord
-from trace_gym.core.seeding import StableRNG
 from trace_gym.envs.helpers.commerce_common import (
     CABIN_FACTORS,
     call,
@@ -30,6 +29,7 @@ from trace_gym.envs.helpers.commerce_common import (
     split_of,
     unused_route_date,
 )
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.generate import LAST_NAMES, new_order, new_reservation
 from trace_gym.world.model import World, cents
 

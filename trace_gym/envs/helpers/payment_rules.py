@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trace_gym.core.seeding import StableRNG
 from trace_gym.envs.helpers.commerce_common import (
     CABIN_FACTORS,
     new_balance_method,
     new_flight,
     unused_route_date,
 )
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.generate import new_customer, new_order
 from trace_gym.world.model import World, cents, money
 from trace_gym.world.tools_commerce import INSURANCE_FEE

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trace_gym.core.seeding import StableRNG
 from trace_gym.envs.helpers.commerce_common import (
     APPAREL,
     BRANDS,
@@ -26,6 +25,7 @@ from trace_gym.envs.helpers.commerce_common import (
     new_flight,
     unused_route_date,
 )
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.generate import unique_id
 from trace_gym.world.model import World, money
 

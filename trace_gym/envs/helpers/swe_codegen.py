@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from string import Template
 
-from trace_gym.core.seeding import StableRNG
 from trace_gym.envs.helpers.swe_common import (
     Probe,
     SweTask,
@@ -24,6 +23,7 @@ from trace_gym.envs.helpers.swe_common import (
     load_module,
     run_tests_in_process,
 )
+from trace_gym.primitives.seeding import StableRNG
 
 
 @dataclass(frozen=True)

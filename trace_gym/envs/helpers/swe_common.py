@@ -51,12 +51,12 @@ from typing import Any
 
 from trace_gym.core.env import EpisodeState
 from trace_gym.core.plans import Segment
-from trace_gym.core.seeding import sha256_hex
 from trace_gym.core.spec import CapabilitySpec, SpecEnv
-from trace_gym.core.tools import Tool
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.errors import ConfigError
+from trace_gym.primitives.seeding import sha256_hex
+from trace_gym.primitives.tools import Tool
 from trace_gym.sandbox import (
     ISOLATION_MODES,
     REPORT_MARKER,

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trace_gym.core.seeding import StableRNG
 from trace_gym.envs.helpers.commerce_common import (
     cabin_prices,
     new_balance_method,
     new_flight,
     similar_id,
 )
+from trace_gym.primitives.seeding import StableRNG
 from trace_gym.world.generate import FIRST_NAMES, LAST_NAMES, new_order, new_reservation
 from trace_gym.world.model import World, day_offset, money, parse_day
 from trace_gym.world.tools import touches
