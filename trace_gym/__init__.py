@@ -13,6 +13,17 @@ verifier grades the episode; no LLM judge, no human labels.
 Gymnasium 1.x has no plugin auto-loading: ``import trace_gym`` (or
 ``gym.register_envs(trace_gym)``) registers every id in ``envs_registry.yaml``, and
 ``gym.make("trace_gym:trace/precondition-v0")`` works without the import.
+
+The package has two halves. The library, which ``import trace_gym`` loads and every
+environment is built from: ``core`` (the environment contract, ``CapabilitySpec``, tools,
+verification), ``world`` (the shared in-memory world and its tools), ``envs`` (one module per
+capability), ``agents`` (reference and baseline policies), ``registration`` (the registry
+loader), ``episodes`` (the episode log format), ``errors`` and ``sandbox`` (the isolation the
+SWE environments run agent code in). The tooling, imported only by
+the command line and by whoever uses it: ``testing`` (the property suite, public API),
+``validation`` (``trace-gym validate`` / ``calibrate``), ``synthesis`` (``trace-gym
+synthesize``), ``serving`` (``trace-gym serve``), ``integrations`` (TRL, mini-swe-agent),
+``examples`` and ``cli``.
 """
 
 from trace_gym.core.actions import ParsedTurn, ToolCall, parse_action

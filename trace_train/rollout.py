@@ -217,7 +217,7 @@ class ServedEnvs:
         ``(env, (obs, info))``."""
         import time
 
-        from trace_gym.serve import RemoteEnv, ServeError, server_metadata
+        from trace_gym.serving.serve import RemoteEnv, ServeError, server_metadata
 
         deadline, errors = time.monotonic() + self.reconnect_s, {}
         while True:
@@ -622,7 +622,7 @@ def _lost_endpoint(env: Any, exc: Exception) -> bool:
     """Whether ``exc`` is a served environment's session failing (not a bug of ours)."""
     if not hasattr(env, "base_url"):
         return False
-    from trace_gym.serve import ServeError
+    from trace_gym.serving.serve import ServeError
 
     return isinstance(exc, ServeError)
 

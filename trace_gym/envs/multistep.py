@@ -77,7 +77,7 @@ from trace_gym.core.config import check_overrides
 from trace_gym.core.env import CallRecord, EpisodeState
 from trace_gym.core.plans import Segment, call_kind, turn_calls
 from trace_gym.core.seeding import StableRNG
-from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
+from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification
 from trace_gym.envs.multistep_ops import (
@@ -92,7 +92,6 @@ from trace_gym.envs.multistep_ops import (
     provides,
 )
 from trace_gym.errors import ConfigError
-from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now, new_customer, new_order, new_reservation
 from trace_gym.world.model import World
 from trace_gym.world.tools import ID_ARGUMENTS, VOCABULARY, touches

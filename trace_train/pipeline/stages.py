@@ -179,7 +179,7 @@ def stage_map_envs(run: Run, say: Say) -> dict[str, Any]:
 
 def stage_synthesize(run: Run, say: Say) -> dict[str, Any]:
     """An environment for every selected capability that has none: written by an LLM and
-    kept only if every validation gate passes (``trace_gym.synthesize``); without an LLM (or
+    kept only if every validation gate passes (``trace_gym.synthesis.synthesize``); without an LLM (or
     with training off) the synthesis requests are written for ``trace-gym synthesize``."""
     cfg = run.config
     plan = [dict(item) for item in run.output("map-envs").get("plan", [])]
@@ -195,7 +195,7 @@ def stage_synthesize(run: Run, say: Say) -> dict[str, Any]:
         return {"plan": plan, "environments": {
             cap: {"status": "requested", "request": str(path)} for cap, path in requests.items()
         }}  # fmt: skip
-    from trace_gym.synthesize import litellm_completion, synthesize
+    from trace_gym.synthesis.synthesize import litellm_completion, synthesize
 
     complete = litellm_completion(llm, cfg.llm_api_base)
     done: dict[str, Any] = {}
@@ -250,7 +250,7 @@ def _write_request(run: Run, cap: str) -> Path:
 
 def _definition(run: Run, capability: str) -> str:
     """The capability's definition from the diagnosis's rubric, else its name in words."""
-    from trace_gym.synthesize import diagnosed_capability
+    from trace_gym.synthesis.synthesize import diagnosed_capability
 
     row = diagnosed_capability(run.path("diagnose"), capability) or {}
     return str(row.get("definition") or capability.replace("_", " "))
@@ -258,7 +258,7 @@ def _definition(run: Run, capability: str) -> str:
 
 def _evidence(run: Run, capability: str) -> str:
     from trace_gym.errors import ConfigError as GymConfigError
-    from trace_gym.synthesize import evidence_from_diagnosis
+    from trace_gym.synthesis.synthesize import evidence_from_diagnosis
 
     try:
         return evidence_from_diagnosis(run.path("diagnose"), capability)

@@ -8,7 +8,7 @@ module defining ``SPEC``. The module is untrusted:
 1. **static**: it must parse, import only :data:`ALLOWED_IMPORTS` (our environment
    packages and pure standard-library modules), and use no file, network, process,
    ``eval``/``exec``/``compile``/``__import__`` or reflection (``getattr``, dunder attributes);
-2. then :func:`trace_gym.validate.validate` runs every gate, plus the near-duplicate gate, in
+2. then :func:`trace_gym.validation.validate.validate` runs every gate, plus the near-duplicate gate, in
    the limited child process (this process never imports the module);
 3. the spec must train the requested capability.
 
@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from trace_gym.errors import ConfigError
-from trace_gym.validate import Gate, Report, validate
+from trace_gym.validation.validate import Gate, Report, validate
 
 ALLOWED_IMPORTS = (
     "trace_gym.core", "trace_gym.world", "trace_gym.envs", "trace_gym.agents", "trace_gym.errors",

@@ -30,7 +30,7 @@ token is needed.
 
 :class:`RemoteEnv` behaves like ``gym.make(ID)`` against a server::
 
-    from trace_gym.serve import RemoteEnv
+    from trace_gym.serving.serve import RemoteEnv
 
     env = RemoteEnv("http://127.0.0.1:8000", env_id="trace/precondition-v0")
     obs, info = env.reset(seed=3, options={"split": "eval", "difficulty": 0.8})
@@ -64,7 +64,7 @@ try:
     from websockets.exceptions import ConnectionClosed, WebSocketException
 except ImportError as exc:  # the base install stays light; serving is an extra
     raise ImportError(
-        f"trace_gym.serve needs openenv-core ({exc}): pip install 'trace-rl[serve]'"
+        f"trace_gym.serving.serve needs openenv-core ({exc}): pip install 'trace-rl[serve]'"
     ) from exc
 
 import trace_gym
@@ -233,7 +233,7 @@ def app_from_env() -> Any:
     ``TRACE_GYM_ENV_ID`` (required), ``TRACE_GYM_MAX_SESSIONS`` (default 64) and
     ``TRACE_GYM_SERVE_TOKEN`` (required unless every client is on this machine: uvicorn's
     ``--host`` is not visible here), so a container runs
-    ``uvicorn --factory trace_gym.serve:app_from_env --workers N``.
+    ``uvicorn --factory trace_gym.serving.serve:app_from_env --workers N``.
     """
     env_id = os.environ.get("TRACE_GYM_ENV_ID")
     if not env_id:
