@@ -27,7 +27,6 @@ KNOWN_TRACE_GYM_CYCLES: dict[tuple[str, str], str] = {
     # allowed for now, and the cycle it closes. Empty this, entry by entry.
     ("trace_gym.core.user", "trace_gym.core.env"): "core/env.py <-> core/user.py: the user "
     "reads EpisodeState, the env builds users",
-    ("trace_gym.user_envs", "trace_gym.registration"): "registration.py <-> user_envs.py",
     ("trace_gym.agents.baselines", "trace_gym.agents.deficit"): "agents: baselines builds "
     "deficit agents, deficit extends PlanAgent from baselines",
     ("trace_gym.core", "trace_gym.world"): "core <-> world: the contract imports the world "

@@ -11,7 +11,7 @@ verifier grades the episode; no LLM judge, no human labels.
 ['action_format', 'capability', 'difficulty']
 
 Gymnasium 1.x has no plugin auto-loading: ``import trace_gym`` (or
-``gym.register_envs(trace_gym)``) registers every id in ``envs_registry.yaml``, and
+``gym.register_envs(trace_gym)``) registers every id in ``envs_registry.yaml`` (see :mod:`trace_gym.registration`), and
 ``gym.make("trace_gym:trace/precondition-v0")`` works without the import.
 
 The package has two halves. The library, which ``import trace_gym`` loads and every

@@ -48,7 +48,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"{row.id}  (capability: {row.capability}, max turns: {row.max_turns})")
     print(row.description)
     print(f"tags: {', '.join(row.tags)}")
-    print(f"entry point: {row.entry_point}  default kwargs: {row.kwargs}")
+    print(f"entry point: {row.entry_point}  (listed in {row.registry})")
     print("tools:")
     for tool in env.unwrapped.tools:
         print(f"  [{tool.kind:7}] {tool.name}: {tool.description}")

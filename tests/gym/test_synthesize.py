@@ -17,6 +17,7 @@ import sys
 import textwrap
 
 import pytest
+import yaml
 
 from tests.diagnose.stub_llm import StubLLM
 from trace_gym.examples import loyalty_points
@@ -179,7 +180,11 @@ def test_the_correct_spec_is_accepted_and_recorded(accepted):
     record = json.loads((out / "synthesis" / f"{CAPABILITY}.json").read_text())
     assert record["model"] == "openai/stub" and len(record["prompt_sha256"]) == 64
     assert len(record["attempts"]) == 2 and not record["attempts"][0]["accepted"]
-    assert "trace/loyalty-points-calculation-v0" in (out / "registry.yaml").read_text()
+    registry = yaml.safe_load((out / "registry.yaml").read_text())  # the one-line row form
+    assert registry == {
+        "version": 2,
+        "environments": {"trace/loyalty-points-calculation-v0": f"trace_env_{CAPABILITY}:SPEC"},
+    }
 
 
 def test_the_accepted_env_is_made_in_a_fresh_process(accepted):

@@ -98,9 +98,9 @@ def _member(short: str) -> CapabilitySpec | None:
 
 
 def _registered_ids() -> set[str]:
-    from trace_gym.registration import load_registry
+    from trace_gym.registration import registered_ids  # the ids alone: no spec is imported
 
-    return {e.id for e in load_registry()}
+    return set(registered_ids())
 
 
 @cache

@@ -269,14 +269,13 @@ def _evidence(run: Run, capability: str) -> str:
 def use_environments(folder: Path) -> None:
     """Register the environments of ``folder`` in this process and its children: add it to
     ``TRACE_GYM_PATH`` (which ``import trace_gym`` reads) and register its rows now."""
-    from trace_gym.registration import register_envs
-    from trace_gym.user_envs import PATH_VARIABLE, REGISTRY_FILE
+    from trace_gym.registration import USER_PATH_VARIABLE, USER_REGISTRY_FILE, register_envs
 
-    if not (folder / REGISTRY_FILE).is_file():
+    if not (folder / USER_REGISTRY_FILE).is_file():
         return
-    folders = [p for p in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if p]
+    folders = [p for p in os.environ.get(USER_PATH_VARIABLE, "").split(os.pathsep) if p]
     if str(folder.resolve()) not in [str(Path(p).resolve()) for p in folders]:
-        os.environ[PATH_VARIABLE] = os.pathsep.join([*folders, str(folder.resolve())])
+        os.environ[USER_PATH_VARIABLE] = os.pathsep.join([*folders, str(folder.resolve())])
     register_envs()
 
 
