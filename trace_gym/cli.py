@@ -154,12 +154,12 @@ def cmd_score(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     entry(args.env_id)
     try:
-        from trace_gym.serving.serve import serve
+        from trace_gym.serving.protocol import TOKEN_ENV
+        from trace_gym.serving.server import check_token, serve
     except ImportError as exc:
         raise TraceGymError(str(exc)) from None
     if args.max_sessions < 1:
         raise ConfigError(f"--max-sessions must be at least 1, got {args.max_sessions}")
-    from trace_gym.serving.serve import TOKEN_ENV, check_token
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     check_token(args.host, token)
