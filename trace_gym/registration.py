@@ -62,11 +62,15 @@ class Listing:
         module, _, name = self.entry_point.partition(":")
         where = f"{self.registry}: {self.id}"
         try:
-            target = getattr(importlib.import_module(module), name)
+            loaded = importlib.import_module(module)
         except ImportError as exc:
             raise RegistryError(f"{where}: cannot import {module!r} ({exc})") from exc
-        except AttributeError as exc:
-            raise RegistryError(f"{where}: module {module!r} has no {name!r}") from exc
+        if not hasattr(loaded, name):
+            # a module whose import reaches load_registry before it defines its SPEC
+            midway = getattr(getattr(loaded, "__spec__", None), "_initializing", False)
+            reason = " yet: it is still being imported (an import cycle)" if midway else ""
+            raise RegistryError(f"{where}: module {module!r} has no {name!r}{reason}")
+        target = getattr(loaded, name)
         if not isinstance(target, CapabilitySpec):
             raise RegistryError(
                 f"{where}: {self.entry_point} is a {type(target).__name__}, not a CapabilitySpec"

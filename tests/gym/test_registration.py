@@ -188,3 +188,17 @@ def test_a_user_entry_point_outside_its_folder_is_refused(tmp_path, monkeypatch)
     monkeypatch.setenv(USER_PATH_VARIABLE, str(folder))
     with pytest.raises(RegistryError, match="module 'trace_gym.envs.precondition' is not in"):
         registered_ids()
+
+
+def test_a_spec_module_that_loads_the_registry_while_importing_is_named(tmp_path, monkeypatch):
+    folder = tmp_path / "cyclic"
+    folder.mkdir()
+    (folder / "reg_test_cyclic.py").write_text(
+        "from trace_gym.registration import load_registry\nROWS = load_registry()\nSPEC = None\n"
+    )
+    write_registry(
+        folder / "registry.yaml", "environments:\n  trace/cyclic-v0: reg_test_cyclic:SPEC\n"
+    )
+    monkeypatch.setenv(USER_PATH_VARIABLE, str(folder))
+    with pytest.raises(RegistryError, match="has no 'SPEC' yet: it is still being imported"):
+        load_registry()
