@@ -31,7 +31,7 @@ import trace_gym  # noqa: F401  (registers the environments)
 from trace_gym.agents.decision_blind import declared_decisions
 from trace_gym.agents.information_free import tool_kind, turn_calls
 from trace_gym.registration import load_registry
-from trace_gym.soundness import MAX_DECISION_BLIND_SUCCESS, decision_table
+from trace_gym.testing.soundness import MAX_DECISION_BLIND_SUCCESS, decision_table
 
 DIFFICULTIES = (0.0, 0.5, 1.0)
 

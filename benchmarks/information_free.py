@@ -21,7 +21,7 @@ from typing import Any
 
 import trace_gym  # noqa: F401  (registers the environments)
 from trace_gym.registration import load_registry
-from trace_gym.soundness import MAX_MEAN_REWARD, MAX_SUCCESS, information_free_table
+from trace_gym.testing.soundness import MAX_MEAN_REWARD, MAX_SUCCESS, information_free_table
 
 FAMILIES = (
     "oracle",

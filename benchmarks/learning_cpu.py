@@ -200,7 +200,7 @@ def held_out(args: argparse.Namespace, run: Path, name: str, adapter: str | None
     are appended as they finish, so a rerun continues after the last one written."""
     from tqdm.auto import tqdm
 
-    from trace_gym.decisions import decision_breakdown, record_outcomes
+    from trace_gym.validation.decisions import decision_breakdown, record_outcomes
     from trace_train.policies import ModelPolicy, PlaySettings, load_hf
     from trace_train.rollout import EpisodeSpec
 

@@ -37,7 +37,8 @@ from pathlib import Path
 import gymnasium as gym
 
 import trace_gym  # noqa: F401  (registers the environments)
-from trace_gym.serve import TraceAction, TraceEnvClient
+from trace_gym.serving.client import TraceEnvClient
+from trace_gym.serving.protocol import TraceAction
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "serve_overhead.json"

@@ -6,9 +6,12 @@ by ``if TYPE_CHECKING:`` or not. A cycle between two modules is an error, and so
 between the subpackages of a package (``trace_gym.core`` -> ``trace_gym.world`` ->
 ``trace_gym.core``), where each top-level module counts as its own unit.
 
-trace_gym still has the cycles listed in ``KNOWN_TRACE_GYM_CYCLES``: the imports that close
-them are allowed until the trace_gym half of issue 28 removes them; whoever removes one deletes
-its entry (a stale entry fails). trace_train and trace_diagnose may have none.
+trace_gym's units are each either library or tooling (``TRACE_GYM_LIBRARY``,
+``TRACE_GYM_TOOLING``), and no library unit imports a tooling one.
+
+No package may have a cycle. ``KNOWN_TRACE_GYM_CYCLES`` is empty (issue 28 removed the last
+five); it stays as the one place an exception would have to be argued for (a stale entry
+fails).
 """
 
 from __future__ import annotations
@@ -25,9 +28,36 @@ PACKAGES = ("trace_gym", "trace_diagnose", "trace_train")
 KNOWN_TRACE_GYM_CYCLES: dict[tuple[str, str], str] = {
     # (importer, imported), each a module or a package standing for its modules: the import
     # allowed for now, and the cycle it closes. Empty this, entry by entry.
-    ("trace_gym.user_envs", "trace_gym.registration"): "registration.py <-> user_envs.py",
-    ("trace_gym.soundness", "trace_gym.testing"): "soundness.py <-> testing.py",
 }
+
+
+# trace_gym's two halves (see its package docstring), unit by unit as :func:`units` counts them:
+# a new top-level module or folder must be placed in one, and the library imports no tooling.
+TRACE_GYM_LIBRARY = frozenset(
+    {
+        "trace_gym",
+        "trace_gym.core",
+        "trace_gym.world",
+        "trace_gym.envs",
+        "trace_gym.agents",
+        "trace_gym.registration",
+        "trace_gym.episodes",
+        "trace_gym.errors",
+        "trace_gym.sandbox",  # the SWE environments run agent code in it
+        "trace_gym.primitives",  # seeding and tool declarations (the spec half of issue 28)
+    }
+)
+TRACE_GYM_TOOLING = frozenset(
+    {
+        "trace_gym.testing",
+        "trace_gym.validation",
+        "trace_gym.synthesis",
+        "trace_gym.serving",
+        "trace_gym.integrations",
+        "trace_gym.examples",
+        "trace_gym.cli",
+    }
+)
 
 
 def build_import_graph(*packages: str) -> dict[str, set[str]]:
@@ -90,6 +120,24 @@ def test_no_module_imports_itself_back(graph):
 def test_no_subpackage_imports_itself_back(graph):
     cycle = find_cycle(units(without_allowed(graph, KNOWN_TRACE_GYM_CYCLES)))
     assert cycle is None, "import cycle between packages: " + " -> ".join(cycle)
+
+
+def test_every_trace_gym_unit_is_library_or_tooling(graph):
+    found = {u for u in units(graph) if _within(u, "trace_gym")}
+    assert found - TRACE_GYM_LIBRARY - TRACE_GYM_TOOLING == set(), (
+        "place each new trace_gym module or folder in TRACE_GYM_LIBRARY or TRACE_GYM_TOOLING"
+    )
+
+
+def test_the_trace_gym_library_imports_no_tooling(graph):
+    between = units(graph)
+    wrong = sorted(
+        f"{unit} -> {imported}"
+        for unit in TRACE_GYM_LIBRARY
+        for imported in between.get(unit, ())
+        if imported in TRACE_GYM_TOOLING
+    )
+    assert wrong == [], "library imports tooling: " + ", ".join(wrong)
 
 
 def test_trace_train_and_trace_diagnose_have_no_allowed_cycle():

@@ -288,8 +288,8 @@ def _render_options(p: argparse.ArgumentParser) -> None:
 def _map_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--registry",
-        help="environment registry to match capabilities against (default: the "
-        "repository's envs_registry.yaml plus the folders in TRACE_GYM_PATH)",
+        help="environment registry (trace_gym's form, id: module:SPEC) to match capabilities "
+        "against (default: trace_gym's own plus the folders in TRACE_GYM_PATH)",
     )
     p.add_argument(
         "--min-score",

@@ -2,15 +2,15 @@
 
 Public API::
 
-    default_registry_path() -> Path
     load_registry(path=None, user_folders=True) -> list[dict]
     LexicalMatcher(registry).rank(capability) -> [(env_id, score), ...]
     await map_envs(capabilities, registry_path=None, client=None, ..., min_score=0.3)
         -> list[dict]
 
-The environments are those of `envs_registry.yaml` plus, with the default registry, the
-user environment folders named by `TRACE_GYM_PATH` (synthesised environments), so a
-diagnosis can point at them too. Ids are always read, never hard-coded.
+The environments are the rows of trace_gym's registry loader (`trace_gym.registration`:
+each id's texts come from its spec) plus, with the default registry, the user environment
+folders named by `TRACE_GYM_PATH` (synthesised environments), so a diagnosis can point at them
+too. Ids are always read, never hard-coded.
 
 Order of matching, per capability:
 
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -49,6 +48,7 @@ from .llm import LLMClient, run_bounded
 from .schema import Capability
 
 NONE = "none"
+USER_PATH_VARIABLE = "TRACE_GYM_PATH"  # trace_gym's; named here for the error of a refused folder
 
 
 class EnvChoice(BaseModel):
@@ -58,81 +58,39 @@ class EnvChoice(BaseModel):
     rationale: str = ""
 
 
-def default_registry_path() -> Path:
-    """The repository's envs_registry.yaml next to the package (a source checkout), else the
-    copy shipped inside the installed trace_gym package (located without importing it)."""
-    beside = Path(__file__).resolve().parent.parent / "envs_registry.yaml"
-    if beside.is_file():
-        return beside
-    import importlib.util
-
-    spec = importlib.util.find_spec("trace_gym")
-    if spec is not None and spec.submodule_search_locations:
-        shipped = Path(next(iter(spec.submodule_search_locations))) / "envs_registry.yaml"
-        if shipped.is_file():
-            return shipped
-    return beside
-
-
 def load_registry(
     path: str | Path | None = None, user_folders: bool = True
 ) -> list[dict[str, Any]]:
-    """Read the registry's environments (id, capability, description, tags) with pyyaml.
+    """The environments to match against (id, capability, description, tags), read by
+    trace_gym's registry loader, so each environment's texts are those of its spec.
 
-    With the default registry (`path` None) and `user_folders`, the environments of the
-    folders named by `TRACE_GYM_PATH` follow, marked `"user_env": True`."""
-    import yaml
-
-    default = not path
-    path = Path(path) if path else default_registry_path()
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read the environment registry ({exc})") from exc
-    envs = data.get("environments") if isinstance(data, dict) else None
-    if not isinstance(envs, list):
-        raise ConfigError(f"{path}: expected an 'environments' list")
-    for i, env in enumerate(envs):
-        if not isinstance(env, dict) or "id" not in env:
-            raise ConfigError(f"{path}: environment {i} has no 'id'")
-    if default and user_folders:
-        envs = envs + user_environments({str(e["id"]) for e in envs})
-    return envs
-
-
-USER_PATH_VARIABLE = "TRACE_GYM_PATH"
-
-
-def user_environments(taken: set[str]) -> list[dict[str, Any]]:
-    """Registry rows of the user environment folders (`TRACE_GYM_PATH`), read by trace_gym.
-
-    trace_gym (and gymnasium with it) is imported only when the variable is set, so a
-    diagnosis without user environments needs neither."""
-    if not os.environ.get(USER_PATH_VARIABLE, "").strip():
-        return []
-    try:
+    `path` is a registry file of trace_gym's form (`id: module:SPEC`, importable modules);
+    by default the package's own. With the default registry and `user_folders`, the
+    environments of the folders named by `TRACE_GYM_PATH` follow, marked `"user_env": True`.
+    trace_gym is light (gymnasium, numpy; no torch, no litellm)."""
+    try:  # importing trace_gym registers its environments, TRACE_GYM_PATH folders included
         from trace_gym.errors import TraceGymError
-        from trace_gym.user_envs import user_entries
+        from trace_gym.registration import load_registry as load_specs
     except ImportError as exc:
         raise ConfigError(
-            f"{USER_PATH_VARIABLE} is set but trace_gym cannot be imported to read it ({exc}); "
-            f"install trace-rl or unset {USER_PATH_VARIABLE}"
+            f"matching environments needs trace_gym, which cannot be imported ({exc}); "
+            "install trace-rl"
         ) from exc
-    except ValueError as exc:  # trace_gym registers the folders on import and refused one
+    except ValueError as exc:  # a TRACE_GYM_PATH folder trace_gym refused on import
         raise ConfigError(f"{USER_PATH_VARIABLE}: {exc}") from exc
     try:
-        rows = user_entries(set(taken))
+        entries = load_specs(path, include_user_folders=user_folders and not path)
     except TraceGymError as exc:
-        raise ConfigError(f"{USER_PATH_VARIABLE}: {exc}") from exc
+        raise ConfigError(str(exc)) from exc
     return [
         {
-            "id": r.id,
-            "capability": r.capability,
-            "description": r.description,
-            "tags": list(r.tags),
-            "user_env": True,
+            "id": e.id,
+            "capability": e.capability,
+            "description": e.description,
+            "tags": list(e.tags),
+            **({"user_env": True} if e.user_folder is not None else {}),
         }
-        for r in rows
+        for e in entries
     ]
 
 

@@ -11,13 +11,19 @@ verifier grades the episode; no LLM judge, no human labels.
 ['action_format', 'capability', 'difficulty']
 
 Gymnasium 1.x has no plugin auto-loading: ``import trace_gym`` (or
-``gym.register_envs(trace_gym)``) registers every id in ``envs_registry.yaml``, and
+``gym.register_envs(trace_gym)``) registers every id in ``envs_registry.yaml`` (see :mod:`trace_gym.registration`), and
 ``gym.make("trace_gym:trace/precondition-v0")`` works without the import.
 
-An environment is one module with one ``SPEC = CapabilitySpec(...)``; everything its author
-needs is exported here (see ``docs/adding_an_environment.md``):
-
->>> from trace_gym import CapabilitySpec, SpecConfig, knob
+The package has two halves. The library, which ``import trace_gym`` loads and every
+environment is built from: ``core`` (the environment contract, ``CapabilitySpec``, tools,
+verification), ``world`` (the shared in-memory world and its tools), ``envs`` (one module per
+capability), ``agents`` (reference and baseline policies), ``registration`` (the registry
+loader), ``episodes`` (the episode log format), ``errors``, ``primitives`` (seeding and tool declarations, the lowest layer) and ``sandbox`` (the isolation the
+SWE environments run agent code in). The tooling, imported only by
+the command line and by whoever uses it: ``testing`` (the property suite, public API),
+``validation`` (``trace-gym validate`` / ``calibrate``), ``synthesis`` (``trace-gym
+synthesize``), ``serving`` (``trace-gym serve``), ``integrations`` (TRL, mini-swe-agent),
+``examples`` and ``cli``.
 """
 
 from trace_gym.core.actions import ParsedTurn, ToolCall, parse_action

@@ -48,7 +48,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"{row.id}  (capability: {row.capability}, max turns: {row.max_turns})")
     print(row.description)
     print(f"tags: {', '.join(row.tags)}")
-    print(f"entry point: {row.entry_point}  default kwargs: {row.kwargs}")
+    print(f"entry point: {row.entry_point}  (listed in {row.registry})")
     print("tools:")
     for tool in env.unwrapped.tools:
         print(f"  [{tool.kind:7}] {tool.name}: {tool.description}")
@@ -154,12 +154,12 @@ def cmd_score(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     entry(args.env_id)
     try:
-        from trace_gym.serve import serve
+        from trace_gym.serving.protocol import TOKEN_ENV
+        from trace_gym.serving.server import check_token, serve
     except ImportError as exc:
         raise TraceGymError(str(exc)) from None
     if args.max_sessions < 1:
         raise ConfigError(f"--max-sessions must be at least 1, got {args.max_sessions}")
-    from trace_gym.serve import TOKEN_ENV, check_token
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     check_token(args.host, token)
@@ -215,13 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     srv.set_defaults(fn=cmd_serve)
     try:
-        from trace_gym.calibrate import add_calibrate_parser
+        from trace_gym.validation.calibrate import add_calibrate_parser
     except ImportError:  # pragma: no cover - calibrate ships with the package
         pass
     else:
         add_calibrate_parser(sub)
-    from trace_gym.synthesize import add_synthesize_parser
-    from trace_gym.validate import add_validate_parser
+    from trace_gym.synthesis.synthesize import add_synthesize_parser
+    from trace_gym.validation.validate import add_validate_parser
 
     add_validate_parser(sub)
     add_synthesize_parser(sub)

@@ -64,7 +64,7 @@ class TraceGymError(Exception):
 
 
 class UnknownEnvError(TraceGymError, KeyError):
-    """An environment id that is not in ``envs_registry.yaml``."""
+    """An environment id that no registry lists."""
 
     def __init__(self, env_id: str, known: list[str]) -> None:
         close = difflib.get_close_matches(env_id, known, n=3)
@@ -83,7 +83,7 @@ class ConfigError(TraceGymError, ValueError):
 
 
 class RegistryError(TraceGymError, ValueError):
-    """A malformed ``envs_registry.yaml``."""
+    """A malformed registry file, or an entry point that is not its id's spec."""
 
 
 class EpisodeLogError(TraceGymError, ValueError):

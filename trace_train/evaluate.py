@@ -8,7 +8,7 @@ interval, per-capability results from the verifier's ``required_capabilities`` /
 where the environment declares the decision its verifier judges (grant / refuse, ask / act /
 decline), success per decision class with a Wilson interval and the balanced accuracy (the
 mean of the per-class rates), which a policy that never makes the decision cannot raise
-(:mod:`trace_gym.decisions`; a composite's requests count per ``<member>:<class>``).
+(:mod:`trace_gym.validation.decisions`; a composite's requests count per ``<member>:<class>``).
 Episodes the harness failed (``harness_faults``: a served environment lost mid-episode, an
 environment's internal or infrastructure error) are counted but left out of every rate.
 """
@@ -32,7 +32,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     decision class with the balanced accuracy (empty / None without declared decisions), over
     the episodes the harness did not fail (``harness_faults`` counts those left out: a lost
     environment endpoint, an environment's internal or infrastructure error)."""
-    from trace_gym.decisions import records_breakdown
+    from trace_gym.validation.decisions import records_breakdown
 
     played = len(records)
     records = [r for r in records if r.get("end_reason") not in HARNESS_FAULTS]

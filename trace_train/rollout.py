@@ -217,7 +217,8 @@ class ServedEnvs:
         ``(env, (obs, info))``."""
         import time
 
-        from trace_gym.serve import RemoteEnv, ServeError, server_metadata
+        from trace_gym.serving.client import RemoteEnv, server_metadata
+        from trace_gym.serving.protocol import ServeError
 
         deadline, errors = time.monotonic() + self.reconnect_s, {}
         while True:
@@ -622,7 +623,7 @@ def _lost_endpoint(env: Any, exc: Exception) -> bool:
     """Whether ``exc`` is a served environment's session failing (not a bug of ours)."""
     if not hasattr(env, "base_url"):
         return False
-    from trace_gym.serve import ServeError
+    from trace_gym.serving.protocol import ServeError
 
     return isinstance(exc, ServeError)
 

@@ -102,16 +102,18 @@ def test_cli_map_envs_prints_runner_ups(tmp_path, capsys):
 def test_user_environment_folders_are_matched_without_torch(tmp_path):
     folder = tmp_path / "my_envs"
     folder.mkdir()
-    (folder / "loyalty_points_user.py").write_text("SPEC = None\n")
+    (folder / "loyalty_points_user.py").write_text(
+        "import dataclasses\n"
+        "from trace_gym.examples import loyalty_points\n"
+        "SPEC = dataclasses.replace(\n"
+        "    loyalty_points.SPEC,\n"
+        "    description='Credit each eligible order exactly the loyalty points the earning '\n"
+        "    'policy gives and tell the customer the total.',\n"
+        "    tags=('loyalty_points_calculation', 'points_crediting'),\n"
+        ")\n"
+    )
     (folder / "registry.yaml").write_text(
-        "environments:\n"
-        "  - id: trace/loyalty-points-v0\n"
-        "    capability: loyalty_points_calculation\n"
-        "    entry_point: loyalty_points_user:SPEC\n"
-        "    max_turns: 12\n"
-        "    description: Credit each eligible order exactly the loyalty points the earning "
-        "policy gives and tell the customer the total.\n"
-        "    tags: [loyalty_points_calculation, points_crediting]\n"
+        "version: 2\nenvironments:\n  trace/loyalty-points-v0: loyalty_points_user:SPEC\n"
     )
     code = (
         "import sys, json, trace_diagnose as td\n"
@@ -126,12 +128,13 @@ def test_user_environment_folders_are_matched_without_torch(tmp_path):
         [["trace/precondition-v0"], "lexical"],
         False,
     ]
-    # without the variable neither trace_gym nor gymnasium is imported to match
+    # without the variable the folder's environment is not a candidate, and trace_gym's
+    # loader (gymnasium, numpy) still brings no torch
     env.pop("TRACE_GYM_PATH")
     code = (
         "import sys, trace_diagnose as td\n"
         "rows = td.map_envs(['loyalty_points_crediting'])\n"
-        "print(rows[0]['needs_new_environment'], 'gymnasium' in sys.modules)\n"
+        "print(rows[0]['needs_new_environment'], 'torch' in sys.modules)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.stdout.split() == ["True", "False"], proc.stderr[-2000:]

@@ -15,19 +15,25 @@ from trace_diagnose.schema import Capability
 from .paths import FIXTURES, TRACE_SELECTION, need
 from .test_pipeline import llm
 
+# Two environments of the registry's form (id: module:SPEC) whose specs are shipped ones with
+# the ids, descriptions and tags these tests match against.
+SPEC_MODULE = """
+import dataclasses
+from trace_gym.envs import multistep, structured_data
+ALPHA = dataclasses.replace(
+    structured_data.SPEC, id="trace/alpha-v0", description="read nested records",
+    tags=("structured_data_reasoning", "record_lookup"),
+)
+BETA = dataclasses.replace(
+    multistep.SPEC, id="trace/beta-v0", description="finish every sub-task",
+    tags=("multistep_completion",),
+)
+"""
 REGISTRY = """
-version: 1
+version: 2
 environments:
-  - id: trace/alpha-v0
-    capability: structured_data_reasoning
-    entry_point: x:Y
-    description: read nested records
-    tags: [structured_data_reasoning, record_lookup]
-  - id: trace/beta-v0
-    capability: multistep_completion
-    entry_point: x:Z
-    description: finish every sub-task
-    tags: [multistep_completion]
+  trace/alpha-v0: map_envs_test_specs:ALPHA
+  trace/beta-v0: map_envs_test_specs:BETA
 """
 
 
@@ -71,7 +77,9 @@ def test_bad_capabilities_file(tmp_path):
         read_capabilities(bad)
 
 
-def test_map_envs_tags_then_llm_enum_then_new_environment(stub, tmp_path):
+def test_map_envs_tags_then_llm_enum_then_new_environment(stub, tmp_path, monkeypatch):
+    (tmp_path / "map_envs_test_specs.py").write_text(SPEC_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
     reg = tmp_path / "envs_registry.yaml"
     reg.write_text(REGISTRY)
     assert match_by_tags("record-lookup", load_registry(reg)) == ["trace/alpha-v0"]
@@ -93,6 +101,6 @@ def test_default_registry_is_the_repository_file():
 
 def test_broken_registry_names_the_file(tmp_path):
     reg = tmp_path / "r.yaml"
-    reg.write_text("environments: {not: a list}")
-    with pytest.raises(ConfigError, match=r"r\.yaml: expected an 'environments' list"):
+    reg.write_text("environments: 3")
+    with pytest.raises(ConfigError, match=r"r\.yaml: expected a top-level 'environments' mapping"):
         load_registry(reg)

@@ -7,10 +7,10 @@ import gymnasium as gym
 import pytest
 
 import trace_gym
-from trace_gym.adversary import ATTACKS, CODE_ATTACKS, run_adversary, run_attack
 from trace_gym.envs import swe_semantic_precision
 from trace_gym.envs.helpers import swe_common
-from trace_gym.validate import _Gates
+from trace_gym.validation.adversary import ATTACKS, CODE_ATTACKS, run_adversary, run_attack
+from trace_gym.validation.validate import _Gates
 
 SWE_IDS = [e.id for e in trace_gym.load_registry() if e.id.startswith("trace/swe-")]
 

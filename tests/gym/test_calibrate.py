@@ -9,14 +9,14 @@ import math
 import pytest
 
 import trace_gym  # noqa: F401  (registers the ids)
-from trace_gym.calibrate import (
+from trace_gym.errors import ConfigError, UnknownEnvError
+from trace_gym.validation.calibrate import (
     add_calibrate_parser,
     agent_for_rollout,
     calibrate,
     pass_at_k,
     summarize,
 )
-from trace_gym.errors import ConfigError, UnknownEnvError
 
 ENV = "trace/precondition-v0"
 

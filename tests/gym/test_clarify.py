@@ -7,7 +7,6 @@ import re
 import pytest
 
 from tests.gym.conftest import find, play, task_of
-from trace_gym import soundness
 from trace_gym.envs.clarify import (
     ENV_ID,
     SLOTS,
@@ -16,6 +15,7 @@ from trace_gym.envs.clarify import (
     slots_asked,
 )
 from trace_gym.errors import ConfigError
+from trace_gym.testing import soundness
 from trace_gym.world.model import World
 
 SEEDS = range(40)

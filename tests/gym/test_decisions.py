@@ -20,13 +20,13 @@ from trace_gym.agents.decision_blind import DecisionBlind, decision_blind_polici
 from trace_gym.core.spec import CapabilitySpec
 from trace_gym.envs import clarify, policy_pressure, precondition
 from trace_gym.errors import ConfigError
-from trace_gym.soundness import (
+from trace_gym.testing import EnvPropertySuite
+from trace_gym.testing.soundness import (
     binomial_tail,
     check_decision_balance,
     decision_shares,
     decision_table,
 )
-from trace_gym.testing import EnvPropertySuite
 
 DECISION_ENVS = {
     "trace/precondition-v0": precondition,

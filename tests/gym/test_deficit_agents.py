@@ -17,10 +17,10 @@ from trace_gym.agents.deficit import (
     capability_name,
     deficit_agent_from_spec,
 )
-from trace_gym.calibrate import agent_for_rollout
 from trace_gym.envs.service_desk import ENV_ID as DESK
 from trace_gym.envs.service_desk import members
 from trace_gym.episodes import run_episode
+from trace_gym.validation.calibrate import agent_for_rollout
 
 # Composites mix several capabilities; their partial reward need not fall monotonically with
 # one lapse rate (more problems, more partial credit), so they are checked by their own tests.

@@ -123,7 +123,7 @@ def test_the_suite_catches_a_verifier_that_pays_stalling():
 
 
 def test_soundness_api_is_reexported():
-    from trace_gym import soundness
+    from trace_gym.testing import soundness
 
     for name in ("KnobRate", "check_information_free", "check_knob_rates",
                  "check_template_diversity", "information_free_table", "mask_template"):  # fmt: skip

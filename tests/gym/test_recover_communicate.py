@@ -8,7 +8,6 @@ import pytest
 
 import trace_gym
 from tests.gym.conftest import find, play, task_of
-from trace_gym import soundness
 from trace_gym.agents.baselines import PlanAgent
 from trace_gym.envs.recover_communicate import (
     ENV_ID,
@@ -16,6 +15,7 @@ from trace_gym.envs.recover_communicate import (
     RecoverConfig,
 )
 from trace_gym.errors import ConfigError
+from trace_gym.testing import soundness
 from trace_gym.world.model import World, day_offset
 
 SEEDS = range(40)

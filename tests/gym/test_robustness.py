@@ -23,6 +23,7 @@ from trace_gym.core.verify import Check, Verification
 from trace_gym.episodes import rescore
 from trace_gym.errors import ErrorCode
 from trace_gym.primitives.tools import Tool, ToolSet, object_schema
+from trace_gym.testing import properties
 from trace_gym.world.model import World
 from trace_gym.world.tools import VOCABULARY
 
@@ -47,8 +48,8 @@ def _call_text(args_text: str, name: str = "get_order") -> str:
         (f"<tool_call>{DEEP}</tool_call>", ErrorCode.TOO_DEEP),
         (_call_text(json.dumps(DEEP)), ErrorCode.TOO_DEEP),  # inside the arguments string
         ({"tool_calls": [{"function": {"name": "x", "arguments": DEEP}}]}, ErrorCode.TOO_DEEP),
-        (testing._nest(50_000), ErrorCode.TOO_DEEP),
-        (testing._nest(50_000, "dict"), ErrorCode.TOO_DEEP),
+        (properties._nest(50_000), ErrorCode.TOO_DEEP),
+        (properties._nest(50_000, "dict"), ErrorCode.TOO_DEEP),
         (_call_text(HUGE), ErrorCode.TOO_LARGE),
         (f"<tool_call>{_call_text(HUGE)}</tool_call>", ErrorCode.TOO_LARGE),
         ({"name": "get_order", "arguments": {"order_id": 10**5000}}, ErrorCode.TOO_LARGE),
@@ -71,7 +72,7 @@ def test_a_self_referencing_dict_is_too_deep_not_a_crash():
 
 
 def test_bounds_leave_ordinary_input_alone():
-    nested = json.dumps(testing._nest(MAX_JSON_DEPTH - 3))
+    nested = json.dumps(properties._nest(MAX_JSON_DEPTH - 3))
     assert parse_action(_call_text('{"x": ' + nested + "}")).error is None
     brackets_in_strings = json.dumps({"explanation": "[" * 5_000 + "9" * 5_000})
     turn = parse_action(_call_text(brackets_in_strings, "refuse"))
@@ -86,7 +87,7 @@ def test_every_fuzz_category_gets_an_error_code_and_the_episode_goes_on(env_id):
     env.reset(seed=1)
     before = internal_error_count()
     for action in [DEEP, f"<tool_call>{DEEP}</tool_call>", _call_text(json.dumps(DEEP)),
-                   _call_text(HUGE), testing._nest(5_000)]:  # fmt: skip
+                   _call_text(HUGE), properties._nest(5_000)]:  # fmt: skip
         env.reset(seed=1)
         _, reward, terminated, truncated, info = env.step(action)
         assert info["error"]["code"] in ("parse.too_deep", "parse.too_large")
@@ -114,12 +115,12 @@ def test_non_finite_money_is_a_schema_error_in_payment_calc(literal):
     for seed in range(4):  # both task kinds (booking and refund) write an amount
         env.reset(seed=seed)
         for turn in env.unwrapped.oracle_actions():
-            call = (testing._turn_calls(turn) or [{"arguments": {}}])[0]
-            amounts = [p for p in testing._value_paths(call["arguments"]) if p[-1] == "amount"]
+            call = (properties._turn_calls(turn) or [{"arguments": {}}])[0]
+            amounts = [p for p in properties._value_paths(call["arguments"]) if p[-1] == "amount"]
             if amounts:
                 break
             env.step(turn)
-        broken = testing._replaced(call["arguments"], amounts[0], "AMOUNT")
+        broken = properties._replaced(call["arguments"], amounts[0], "AMOUNT")
         text = _call_text(json.dumps(broken).replace('"AMOUNT"', literal), call["name"])
         _, _, terminated, _, info = env.step(text)
         assert info["error"]["code"] == "tool.schema", info["error"]
@@ -266,7 +267,7 @@ def test_an_internal_error_episode_replays_to_the_same_reward():
 def test_oversized_object_actions_are_logged_in_a_form_that_replays_to_the_same_error():
     env = gym.make("trace/precondition-v0", disable_env_checker=True, max_turns=3)
     env.reset(seed=0)
-    for action in [testing._nest(5_000), {"name": "get_order", "arguments": {"x": 10**5000}},
+    for action in [properties._nest(5_000), {"name": "get_order", "arguments": {"x": 10**5000}},
                    {"name": "get_order", "arguments": {1, 2}}]:  # fmt: skip
         env.step(action)
     record = env.unwrapped.episode_record()

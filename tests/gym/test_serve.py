@@ -103,7 +103,7 @@ def remote_episode(env, seed: int, actions: list, options: dict | None = None) -
 
 @needs_openenv
 def test_oracle_episode_through_the_openenv_client_equals_in_process(server):
-    from trace_gym.serve import RemoteEnv, TraceEnvClient
+    from trace_gym.serving.client import RemoteEnv, TraceEnvClient
 
     env = RemoteEnv(server, env_id=ENV_ID)
     try:
@@ -124,7 +124,7 @@ def test_oracle_episode_through_the_openenv_client_equals_in_process(server):
 
 @needs_openenv
 def test_garbage_and_dict_actions_get_the_same_errors_as_in_process(server):
-    from trace_gym.serve import RemoteEnv
+    from trace_gym.serving.client import RemoteEnv
 
     actions = ["", {"name": "no_such_tool", "arguments": {}}, 7, None, "[1, 2]", "<tool_call>{"]
     local = gym.make(ENV_ID)
@@ -141,7 +141,7 @@ def test_garbage_and_dict_actions_get_the_same_errors_as_in_process(server):
 
 @needs_openenv
 def test_concurrent_sessions_do_not_interfere(server):
-    from trace_gym.serve import RemoteEnv
+    from trace_gym.serving.client import RemoteEnv
 
     seeds = list(range(20, 20 + MAX_SESSIONS))
     expected = {s: local_episode(s, {"split": "eval" if s % 2 else "train"}) for s in seeds}
@@ -183,7 +183,8 @@ def test_concurrent_sessions_do_not_interfere(server):
 def test_served_reset_honours_seed_split_and_difficulty(server):
     from openenv.core.generic_client import GenericEnvClient
 
-    from trace_gym.serve import RemoteEnv, ServeError
+    from trace_gym.serving.client import RemoteEnv
+    from trace_gym.serving.protocol import ServeError
 
     local = gym.make(ENV_ID)
     env = RemoteEnv(server)
@@ -219,7 +220,8 @@ def test_served_reset_honours_seed_split_and_difficulty(server):
 
 @needs_openenv
 def test_health_schema_metadata_and_capacity(server):
-    from trace_gym.serve import RemoteEnv, ServeError
+    from trace_gym.serving.client import RemoteEnv
+    from trace_gym.serving.protocol import ServeError
 
     assert get_json(f"{server}/health")["status"] == "healthy"
     schema = get_json(f"{server}/schema")
@@ -250,7 +252,7 @@ def test_every_environment_is_servable(env_id):
     """The real OpenEnv app in process (Starlette's test client) for every registered id."""
     from fastapi.testclient import TestClient
 
-    from trace_gym.serve import create_app
+    from trace_gym.serving.server import create_app
 
     env = gym.make(env_id)
     with TestClient(create_app(env_id, max_sessions=2)) as http:
@@ -296,7 +298,7 @@ def test_app_factory_reads_the_environment_variables(monkeypatch):
     from fastapi.testclient import TestClient
 
     from trace_gym.errors import ConfigError
-    from trace_gym.serve import app_from_env
+    from trace_gym.serving.server import app_from_env
 
     monkeypatch.delenv("TRACE_GYM_ENV_ID", raising=False)
     with pytest.raises(ConfigError, match="TRACE_GYM_ENV_ID"):

@@ -20,7 +20,7 @@ from trace_gym.core.verify import Check, Verification
 from trace_gym.envs.payment_calc import PaymentCalcEnv
 from trace_gym.envs.structured_data import StructuredDataEnv
 from trace_gym.envs.tool_call import ToolCallEnv
-from trace_gym.soundness import (
+from trace_gym.testing.soundness import (
     LONG_SEEDS,
     KnobRate,
     check_information_free,

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import importlib
 import pickle
-from pathlib import Path
 
+import gymnasium as gym
 import pytest
 
 from trace_gym.core.spec import AGENT_PREAMBLE, CapabilitySpec, SpecConfig, SpecEnv
 from trace_gym.errors import ConfigError
 from trace_gym.primitives.seeding import StableRNG
-from trace_gym.registration import load_registry
+from trace_gym.registration import PACKAGE_REGISTRY, load_registry
 
 SPEC_ENTRIES = [e for e in load_registry() if e.entry_point.endswith(":SPEC")]
 ALIASES = {
@@ -35,26 +35,34 @@ ALIASES = {
 
 
 def test_every_shipped_environment_is_a_spec() -> None:
-    shorts = {e.load_spec().short for e in SPEC_ENTRIES if e.load_spec() is not None}
+    shorts = {e.load_spec().short for e in SPEC_ENTRIES}
     assert set(ALIASES) <= shorts
-    assert len(SPEC_ENTRIES) == len(load_registry(Path(__file__).parents[2] / "envs_registry.yaml"))
+    assert len(SPEC_ENTRIES) == len(load_registry(PACKAGE_REGISTRY))
 
 
 @pytest.mark.parametrize("entry", SPEC_ENTRIES, ids=lambda e: e.id)
-def test_spec_agrees_with_its_registry_row(entry) -> None:
-    spec = entry.load()
+def test_registry_row_is_its_spec_and_gym_builds_it(entry) -> None:
+    module, _, name = entry.entry_point.partition(":")
+    spec = getattr(importlib.import_module(module), name)
     assert isinstance(spec, CapabilitySpec) and entry.load_spec() is spec
-    assert (spec.id, spec.capability, spec.max_turns) == (
-        entry.id,
-        entry.capability,
-        entry.max_turns,
+    assert (entry.capability, entry.max_turns, entry.description, entry.tags) == (
+        spec.capability,
+        spec.max_turns,
+        spec.description,
+        spec.tags,
     )
-    assert spec.description == entry.description and spec.tags == entry.tags
     assert issubclass(spec.config, SpecConfig)
     env_class = entry.load_class()
     assert env_class is spec.env_class and issubclass(env_class, SpecEnv)
     assert env_class.knob_rates == tuple(spec.knob_rates)
     assert env_class.template_floor == spec.template_floor
+    # registration passes no constructor arguments: gym.make gets the spec's own defaults
+    env = gym.make(entry.id)
+    try:
+        assert type(env.unwrapped) is env_class and env.unwrapped.max_turns == spec.max_turns
+        assert (env.unwrapped.difficulty, env.unwrapped.reward_mode) == (0.5, "partial")
+    finally:
+        env.close()
 
 
 @pytest.mark.parametrize("short", sorted(ALIASES))

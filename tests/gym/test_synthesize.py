@@ -17,16 +17,17 @@ import sys
 import textwrap
 
 import pytest
+import yaml
 
 from tests.diagnose.stub_llm import StubLLM
 from trace_gym.examples import loyalty_points
-from trace_gym.synthesize import litellm_completion, static_check, synthesize
+from trace_gym.synthesis.synthesize import litellm_completion, static_check, synthesize
 
 CAPABILITY = "loyalty_points_calculation"
 CORRECT = inspect.getsource(loyalty_points).replace(
     'id="trace/loyalty-points-v0"', 'id="trace/loyalty-points-calculation-v0"'
 )
-SOUNDNESS = importlib.util.find_spec("trace_gym.soundness") is not None
+SOUNDNESS = importlib.util.find_spec("trace_gym.testing.soundness") is not None
 
 
 def _replace(old: str, new: str, source: str = CORRECT) -> str:
@@ -124,7 +125,7 @@ def _synthesize(modules: list[str], out):
 def accepted(tmp_path_factory):
     """A module importing os, then the correct spec: rejected statically, then accepted."""
     if not SOUNDNESS:
-        pytest.skip("trace_gym.soundness (the information-free gate) is not installed")
+        pytest.skip("trace_gym.testing.soundness (the information-free gate) is not installed")
     return _synthesize([BAD[1][1], CORRECT], tmp_path_factory.mktemp("user_envs"))
 
 
@@ -132,7 +133,7 @@ def accepted(tmp_path_factory):
 def synthesis(tmp_path_factory):
     """Every bad module in turn, then the correct spec (about 1.5 minutes)."""
     if not SOUNDNESS:
-        pytest.skip("trace_gym.soundness (the information-free gate) is not installed")
+        pytest.skip("trace_gym.testing.soundness (the information-free gate) is not installed")
     modules = [src for _, src, _, _ in BAD] + [CORRECT]
     return _synthesize(modules, tmp_path_factory.mktemp("user_envs"))
 
@@ -179,7 +180,11 @@ def test_the_correct_spec_is_accepted_and_recorded(accepted):
     record = json.loads((out / "synthesis" / f"{CAPABILITY}.json").read_text())
     assert record["model"] == "openai/stub" and len(record["prompt_sha256"]) == 64
     assert len(record["attempts"]) == 2 and not record["attempts"][0]["accepted"]
-    assert "trace/loyalty-points-calculation-v0" in (out / "registry.yaml").read_text()
+    registry = yaml.safe_load((out / "registry.yaml").read_text())  # the one-line row form
+    assert registry == {
+        "version": 2,
+        "environments": {"trace/loyalty-points-calculation-v0": f"trace_env_{CAPABILITY}:SPEC"},
+    }
 
 
 def test_the_accepted_env_is_made_in_a_fresh_process(accepted):
@@ -227,7 +232,7 @@ def test_static_check_catches_escapes_without_running_them():
     ids=["trace_diagnose", "bare_list", "paper_candidates"],
 )
 def test_diagnosed_capability_reads_every_rubric_shape(tmp_path, rubric):
-    from trace_gym.synthesize import diagnosed_capability, evidence_from_diagnosis
+    from trace_gym.synthesis.synthesize import diagnosed_capability, evidence_from_diagnosis
 
     (tmp_path / "capabilities.json").write_text(json.dumps(rubric))
     row = diagnosed_capability(tmp_path, CAPABILITY)
@@ -238,7 +243,7 @@ def test_diagnosed_capability_reads_every_rubric_shape(tmp_path, rubric):
 
 def test_diagnosed_capability_without_a_rubric_or_with_a_broken_one(tmp_path):
     from trace_gym.errors import ConfigError
-    from trace_gym.synthesize import diagnosed_capability
+    from trace_gym.synthesis.synthesize import diagnosed_capability
 
     assert diagnosed_capability(tmp_path, CAPABILITY) is None
     (tmp_path / "capabilities.json").write_text("{not json")

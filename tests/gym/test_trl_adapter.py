@@ -14,7 +14,7 @@ import gymnasium as gym
 import pytest
 
 import trace_gym
-from trace_gym.trl import CUSTOMER_TOOL, ENDED_MESSAGE, environment_class, generate
+from trace_gym.integrations.trl import CUSTOMER_TOOL, ENDED_MESSAGE, environment_class, generate
 
 ENV = "trace/precondition-v0"
 

@@ -12,9 +12,9 @@ from trace_gym.cli import main
 from trace_gym.core.spec import SpecConfig, knob
 from trace_gym.errors import ConfigError
 from trace_gym.examples.loyalty_points import SPEC
-from trace_gym.validate import GATES, validate
+from trace_gym.validation.validate import GATES, validate
 
-SOUNDNESS = importlib.util.find_spec("trace_gym.soundness") is not None
+SOUNDNESS = importlib.util.find_spec("trace_gym.testing.soundness") is not None
 EXAMPLE = "trace_gym.examples.loyalty_points:SPEC"
 
 
@@ -23,7 +23,7 @@ def _module(tmp_path, name: str, source: str) -> str:
     return f"{name}:SPEC"
 
 
-@pytest.mark.skipif(not SOUNDNESS, reason="trace_gym.soundness is not installed")
+@pytest.mark.skipif(not SOUNDNESS, reason="trace_gym.testing.soundness is not installed")
 def test_cli_passes_the_reference_spec_and_writes_json(tmp_path, capsys):
     out = tmp_path / "verdicts.json"
     assert main(["validate", EXAMPLE, "--quick", "--novelty", "--json", str(out)]) == 0
@@ -35,7 +35,7 @@ def test_cli_passes_the_reference_spec_and_writes_json(tmp_path, capsys):
 
 def test_missing_information_free_gate_is_unavailable_and_fails(tmp_path):
     if SOUNDNESS:
-        pytest.skip("trace_gym.soundness is installed")
+        pytest.skip("trace_gym.testing.soundness is installed")
     report = validate(EXAMPLE, quick=True)
     gate = next(g for g in report.gates if g.name == "information_free")
     assert gate.status == "unavailable" and not report.passed
@@ -122,7 +122,7 @@ def test_validate_sandbox_lets_the_code_sandbox_run_and_nothing_else(tmp_path):
     code = textwrap.dedent(
         f"""
         import os, subprocess, sys, tempfile
-        from trace_gym.validate import install_sandbox
+        from trace_gym.validation.validate import install_sandbox
         from trace_gym.sandbox import Limits, Sandbox
         made, mkdtemp = [], tempfile.mkdtemp
         tempfile.mkdtemp = lambda **kw: made.append(mkdtemp(**kw)) or made[-1]

@@ -21,7 +21,7 @@ import trace_gym
 from trace_gym.agents import PlanAgent
 from trace_gym.envs.clarify import QUESTIONS, ClarifyTask
 from trace_gym.envs.service_desk import oracle_segments
-from trace_gym.soundness import information_free_table
+from trace_gym.testing.soundness import information_free_table
 
 SEEDS = range(80)
 DIFFICULTY = 0.5

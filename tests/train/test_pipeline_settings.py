@@ -106,7 +106,7 @@ def recorded(monkeypatch):
     """The library calls of every stage replaced by recorders that write what the next stage
     reads; ``stages.STAGES`` wrapped so that each call knows its stage."""
     import trace_diagnose
-    import trace_gym.synthesize
+    import trace_gym.synthesis.synthesize
     import trace_train.evaluate
     import trace_train.grpo
     import trace_train.warmstart
@@ -155,9 +155,9 @@ def recorded(monkeypatch):
     monkeypatch.setattr(stages, "_merge_adapter", lambda base, adapter, out: None)
     monkeypatch.setattr(trace_train.evaluate, "evaluate", evaluate)
     monkeypatch.setattr(trace_diagnose, "run_diagnosis", run_diagnosis)
-    monkeypatch.setattr(trace_gym.synthesize, "synthesize", synthesize)
+    monkeypatch.setattr(trace_gym.synthesis.synthesize, "synthesize", synthesize)
     monkeypatch.setattr(
-        trace_gym.synthesize,
+        trace_gym.synthesis.synthesize,
         "litellm_completion",
         lambda model, api_base=None: rec.add("completion", (model, api_base)),
     )

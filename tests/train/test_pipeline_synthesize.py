@@ -13,7 +13,7 @@ import pytest
 
 from tests.diagnose.stub_llm import StubLLM
 from trace_gym.examples import loyalty_points
-from trace_gym.user_envs import PATH_VARIABLE
+from trace_gym.registration import USER_PATH_VARIABLE
 from trace_train.pipeline import PipelineConfig, Run, run_pipeline
 from trace_train.pipeline.stages import stage_map_envs, stage_synthesize
 
@@ -72,7 +72,7 @@ def synthesized_run(tmp_path_factory, tiny_model_dir):
     """map-envs finds no environment; the stub writes one; GRPO trains on it; evaluation."""
     tmp = tmp_path_factory.mktemp("synth")
     mp = pytest.MonkeyPatch()
-    mp.setenv(PATH_VARIABLE, "")
+    mp.setenv(USER_PATH_VARIABLE, "")
     mp.setenv("OPENAI_API_KEY", "stub")
     llm = SpecWriter().start()
     try:
@@ -130,7 +130,7 @@ def test_report_shows_the_gates_of_the_synthesised_environment(synthesized_run):
 
 
 def test_without_an_llm_the_stage_writes_the_synthesis_request(tmp_path, monkeypatch):
-    monkeypatch.setenv(PATH_VARIABLE, "")
+    monkeypatch.setenv(USER_PATH_VARIABLE, "")
     run = Run(diagnosed_run(tmp_path))
     log: list[str] = []
     run.mark("map-envs", "done", stage_map_envs(run, log.append))

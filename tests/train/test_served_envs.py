@@ -137,7 +137,7 @@ def test_round_robin_skips_a_dead_endpoint_and_names_it_when_none_answers():
         for e in survivors:
             e.close()
         stop(p2)
-        from trace_gym.serve import ServeError
+        from trace_gym.serving.protocol import ServeError
 
         with pytest.raises(ServeError, match=f"no endpoint serving {ENV_ID} answered within 2 s"):
             served.open(ENV_ID, {}, 0, {})
@@ -195,7 +195,8 @@ def test_harness_faults_are_masked_out_of_the_update():
 
 
 def test_a_served_session_refuses_keys_a_client_may_not_set(server):
-    from trace_gym.serve import RemoteEnv, ServeError
+    from trace_gym.serving.client import RemoteEnv
+    from trace_gym.serving.protocol import ServeError
 
     env = RemoteEnv(server, env_kwargs={"allow_unisolated": True})
     try:
@@ -213,7 +214,8 @@ def test_env_urls_must_be_http_urls():
 
 
 def test_serving_beyond_localhost_needs_a_token(tmp_path):
-    from trace_gym.serve import RemoteEnv, ServeError
+    from trace_gym.serving.client import RemoteEnv
+    from trace_gym.serving.protocol import ServeError
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("TRACE_GYM_SERVE_TOKEN", None)

@@ -11,7 +11,7 @@ when granting; a refusal, which cannot know the violated rule).
 lets it win only tasks of its own class, so it wins at most that class's share; if one class
 were most of the tasks, a policy that never makes the decision would win most of them, and a
 success rate would hide that the decision is missing.
-:func:`trace_gym.soundness.check_decision_balance` holds every such policy to its class's
+:func:`trace_gym.testing.soundness.check_decision_balance` holds every such policy to its class's
 declared share and to at most half of the tasks.
 """
 

@@ -3,7 +3,7 @@
 Each one reads what the oracle reads (or nothing) and then decides the same way on every
 task: refuse citing a fixed rule, grant what the customer asked for as stated, ask one fixed
 question, take the first search result, stall, or bury the customer in keywords. A sound
-environment scores them near zero; :mod:`trace_gym.soundness` checks that bound.
+environment scores them near zero; :mod:`trace_gym.testing.soundness` checks that bound.
 
 They are built generically from the environment's oracle plan (``oracle_actions()``), tool
 kinds (``read`` / ``write`` / ``control``) and tool schemas, plus two optional hooks on the

@@ -75,7 +75,7 @@ from typing import Any
 from trace_gym.core.config import check_overrides
 from trace_gym.core.env import CallRecord, EpisodeState
 from trace_gym.core.plans import Segment, call_kind, turn_calls
-from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
+from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification
 from trace_gym.envs.helpers.multistep_ops import (
@@ -91,7 +91,6 @@ from trace_gym.envs.helpers.multistep_ops import (
 )
 from trace_gym.errors import ConfigError
 from trace_gym.primitives.seeding import StableRNG
-from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import new_customer, new_order, new_reservation
 from trace_gym.world.model import World
 from trace_gym.world.tools import ID_ARGUMENTS, VOCABULARY, touches

@@ -58,13 +58,12 @@ from typing import Any
 
 from trace_gym.core.env import CallRecord, EpisodeState
 from trace_gym.core.plans import Segment
-from trace_gym.core.spec import CapabilitySpec, SpecConfig, knob
+from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig, knob
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification
 from trace_gym.errors import ConfigError
 from trace_gym.primitives.seeding import StableRNG
 from trace_gym.primitives.tools import Tool
-from trace_gym.soundness import KnobRate
 from trace_gym.world.generate import draw_now
 from trace_gym.world.model import World
 from trace_gym.world.tools import ID_ARGUMENTS, touches
@@ -99,9 +98,9 @@ def _member(short: str) -> CapabilitySpec | None:
 
 
 def _registered_ids() -> set[str]:
-    from trace_gym.registration import load_registry
+    from trace_gym.registration import registered_ids  # the ids alone: no spec is imported
 
-    return {e.id for e in load_registry()}
+    return set(registered_ids())
 
 
 @cache

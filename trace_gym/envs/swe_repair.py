@@ -58,7 +58,7 @@ from typing import Any
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.env import EpisodeState
 from trace_gym.core.plans import Segment
-from trace_gym.core.spec import CapabilitySpec, SpecConfig
+from trace_gym.core.spec import CapabilitySpec, KnobRate, SpecConfig
 from trace_gym.core.user import ScriptedUser, UserReply
 from trace_gym.core.verify import Check, Verification, fraction
 from trace_gym.envs import (
@@ -84,7 +84,6 @@ from trace_gym.envs.helpers.swe_common import (
 from trace_gym.errors import ConfigError
 from trace_gym.primitives.seeding import StableRNG
 from trace_gym.primitives.tools import Tool, ToolRefusal, ToolSet
-from trace_gym.soundness import KnobRate
 from trace_gym.world.model import World
 
 CAPABILITY = "swe_repair"

@@ -44,12 +44,11 @@ from typing import Any
 
 from trace_gym.core.config import apply_overrides
 from trace_gym.core.plans import Segment
-from trace_gym.core.spec import SpecConfig
+from trace_gym.core.spec import KnobRate, SpecConfig
 from trace_gym.envs.helpers import swe_codegen as cg
 from trace_gym.envs.helpers.swe_common import SweTask, emit_edits, oracle_triples, single_turn_spec
 from trace_gym.errors import ConfigError
 from trace_gym.primitives.seeding import StableRNG
-from trace_gym.soundness import KnobRate
 
 CAPABILITY = "semantic_logic_precision"
 ENV_ID = "trace/swe-semantic-precision-v0"

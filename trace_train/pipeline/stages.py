@@ -179,7 +179,7 @@ def stage_map_envs(run: Run, say: Say) -> dict[str, Any]:
 
 def stage_synthesize(run: Run, say: Say) -> dict[str, Any]:
     """An environment for every selected capability that has none: written by an LLM and
-    kept only if every validation gate passes (``trace_gym.synthesize``); without an LLM (or
+    kept only if every validation gate passes (``trace_gym.synthesis.synthesize``); without an LLM (or
     with training off) the synthesis requests are written for ``trace-gym synthesize``."""
     cfg = run.config
     plan = [dict(item) for item in run.output("map-envs").get("plan", [])]
@@ -195,7 +195,7 @@ def stage_synthesize(run: Run, say: Say) -> dict[str, Any]:
         return {"plan": plan, "environments": {
             cap: {"status": "requested", "request": str(path)} for cap, path in requests.items()
         }}  # fmt: skip
-    from trace_gym.synthesize import litellm_completion, synthesize
+    from trace_gym.synthesis.synthesize import litellm_completion, synthesize
 
     complete = litellm_completion(llm, cfg.llm_api_base)
     done: dict[str, Any] = {}
@@ -250,7 +250,7 @@ def _write_request(run: Run, cap: str) -> Path:
 
 def _definition(run: Run, capability: str) -> str:
     """The capability's definition from the diagnosis's rubric, else its name in words."""
-    from trace_gym.synthesize import diagnosed_capability
+    from trace_gym.synthesis.synthesize import diagnosed_capability
 
     row = diagnosed_capability(run.path("diagnose"), capability) or {}
     return str(row.get("definition") or capability.replace("_", " "))
@@ -258,7 +258,7 @@ def _definition(run: Run, capability: str) -> str:
 
 def _evidence(run: Run, capability: str) -> str:
     from trace_gym.errors import ConfigError as GymConfigError
-    from trace_gym.synthesize import evidence_from_diagnosis
+    from trace_gym.synthesis.synthesize import evidence_from_diagnosis
 
     try:
         return evidence_from_diagnosis(run.path("diagnose"), capability)
@@ -269,14 +269,13 @@ def _evidence(run: Run, capability: str) -> str:
 def use_environments(folder: Path) -> None:
     """Register the environments of ``folder`` in this process and its children: add it to
     ``TRACE_GYM_PATH`` (which ``import trace_gym`` reads) and register its rows now."""
-    from trace_gym.registration import register_envs
-    from trace_gym.user_envs import PATH_VARIABLE, REGISTRY_FILE
+    from trace_gym.registration import USER_PATH_VARIABLE, USER_REGISTRY_FILE, register_envs
 
-    if not (folder / REGISTRY_FILE).is_file():
+    if not (folder / USER_REGISTRY_FILE).is_file():
         return
-    folders = [p for p in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if p]
+    folders = [p for p in os.environ.get(USER_PATH_VARIABLE, "").split(os.pathsep) if p]
     if str(folder.resolve()) not in [str(Path(p).resolve()) for p in folders]:
-        os.environ[PATH_VARIABLE] = os.pathsep.join([*folders, str(folder.resolve())])
+        os.environ[USER_PATH_VARIABLE] = os.pathsep.join([*folders, str(folder.resolve())])
     register_envs()
 
 

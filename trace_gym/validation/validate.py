@@ -33,7 +33,7 @@ gate                   passes when
 ``verifier_purity``    verifying twice agrees and mutates nothing
 ``replay``             offline re-scoring equals the online reward
 ``difficulty``         a fixed imperfect agent does not do better on harder tasks
-``adversary``          (SWE environments) no attack of :mod:`trace_gym.adversary` (forged
+``adversary``          (SWE environments) no attack of :mod:`trace_gym.validation.adversary` (forged
                        reports, files on the import path, escapes) wins; skipped, saying
                        so, for other environments
 ``calibration``        (``--policy SPEC``) the policy lands in the acceptance band
@@ -169,7 +169,15 @@ def validate(
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="trace-validate-") as tmp:
         out = Path(tmp) / "report.json"
-        cmd = [sys.executable, "-m", "trace_gym.validate", CHILD_FLAG, target, "--out", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "trace_gym.validation.validate",
+            CHILD_FLAG,
+            target,
+            "--out",
+            str(out),
+        ]
         cmd += ["--quick"] * quick + ["--novelty"] * novelty + ["--stop-on-fail"] * stop_on_fail
         cmd += ["--policy", policy] if policy else []
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
@@ -271,7 +279,14 @@ def _cross_process(target: str, n_seeds: int) -> None:
     expected = task_hashes_of(target, n_seeds)
     for hash_seed in ("0", "12345"):
         env = dict(os.environ, PYTHONHASHSEED=hash_seed)
-        cmd = [sys.executable, "-m", "trace_gym.validate", "--hashes", target, str(n_seeds)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "trace_gym.validation.validate",
+            "--hashes",
+            target,
+            str(n_seeds),
+        ]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, f"hashing in a new process failed: {_tail(out.stderr, 500)}"
         got = json.loads(out.stdout.strip().splitlines()[-1])
@@ -417,10 +432,10 @@ class _Gates:
 
     def information_free(self) -> str:
         try:
-            from trace_gym.soundness import check_information_free
+            from trace_gym.testing.soundness import check_information_free
         except ImportError as exc:
             raise _Unavailable(
-                f"trace_gym.soundness.check_information_free is not importable ({exc})"
+                f"trace_gym.testing.soundness.check_information_free is not importable ({exc})"
             ) from None
         result = check_information_free(self.env_id, n_seeds=30 if self.quick else 100)
         ok = getattr(result, "passed", result if isinstance(result, bool) else None)
@@ -430,7 +445,7 @@ class _Gates:
         return "every information-free policy under its bound"
 
     def decision_balance(self) -> str:
-        from trace_gym.soundness import DECISION_SEEDS, RATE_SEEDS, check_decision_balance
+        from trace_gym.testing.soundness import DECISION_SEEDS, RATE_SEEDS, check_decision_balance
 
         if not self._declared("decisions"):
             raise _Skip("the environment declares no decisions (no categorical decision)")
@@ -451,7 +466,7 @@ class _Gates:
             env.close()
 
     def knob_rates(self) -> str:
-        from trace_gym.soundness import RATE_SEEDS, check_knob_rates
+        from trace_gym.testing.soundness import RATE_SEEDS, check_knob_rates
 
         if not self._declared("knob_rates"):
             raise _Skip("the environment declares no knob_rates (documented knob rates)")
@@ -460,7 +475,7 @@ class _Gates:
         return f"{len(rows)} declared knob rates hold over {n} seeds"
 
     def template_diversity(self) -> str:
-        from trace_gym.soundness import RATE_SEEDS, check_template_diversity
+        from trace_gym.testing.soundness import RATE_SEEDS, check_template_diversity
 
         floor = self._declared("template_floor")
         if floor is None:
@@ -524,7 +539,7 @@ class _Gates:
         return f"mean score at d={DIFFICULTIES}: " + "; ".join(rows)
 
     def adversary(self) -> str:
-        from trace_gym.adversary import run_adversary
+        from trace_gym.validation.adversary import run_adversary
 
         _, factory = load_target(self.target)
         seeds = (0,) if self.quick else (0, 1)
@@ -541,8 +556,8 @@ class _Gates:
     def calibration(self) -> str:
         if not self.policy:
             raise _Skip("no --policy given")
-        from trace_gym.calibrate import agent_for_rollout, summarize
         from trace_gym.testing import make_env
+        from trace_gym.validation.calibrate import agent_for_rollout, summarize
 
         env = make_env(self.env_id)
         seeds, group = (5, 4) if self.quick else (25, 8)
@@ -715,7 +730,7 @@ def install_sandbox() -> None:
     (:func:`trace_gym.sandbox.audit_allows`) is allowed."""
     from trace_gym import sandbox as sbx
 
-    allowed_child = [sys.executable, "-m", "trace_gym.validate", "--hashes"]
+    allowed_child = [sys.executable, "-m", "trace_gym.validation.validate", "--hashes"]
 
     def hook(event: str, args: tuple) -> None:
         if sbx.audit_allows(event, args):  # the code sandbox's own launch, files and groups
@@ -778,7 +793,7 @@ def _child_main(argv: list[str]) -> int:
         install_sandbox()
         print(json.dumps(task_hashes_of(argv[1], int(argv[2]))))
         return 0
-    p = argparse.ArgumentParser(prog="trace_gym.validate")
+    p = argparse.ArgumentParser(prog="trace_gym.validation.validate")
     p.add_argument(CHILD_FLAG, dest="target", required=True)
     p.add_argument("--out", required=True)
     for flag in ("--quick", "--novelty", "--stop-on-fail"):

@@ -8,7 +8,7 @@ module defining ``SPEC``. The module is untrusted:
 1. **static**: it must parse, import only :data:`ALLOWED_IMPORTS` (our environment
    packages and pure standard-library modules), and use no file, network, process,
    ``eval``/``exec``/``compile``/``__import__`` or reflection (``getattr``, dunder attributes);
-2. then :func:`trace_gym.validate.validate` runs every gate, plus the near-duplicate gate, in
+2. then :func:`trace_gym.validation.validate.validate` runs every gate, plus the near-duplicate gate, in
    the limited child process (this process never imports the module);
 3. the spec must train the requested capability.
 
@@ -37,7 +37,8 @@ from typing import Any
 import yaml
 
 from trace_gym.errors import ConfigError
-from trace_gym.validate import Gate, Report, validate
+from trace_gym.registration import REGISTRY_VERSION, USER_REGISTRY_FILE, read_registry_file
+from trace_gym.validation.validate import Gate, Report, validate
 
 ALLOWED_IMPORTS = (
     "trace_gym.core", "trace_gym.primitives", "trace_gym.world", "trace_gym.envs", "trace_gym.agents",
@@ -365,25 +366,19 @@ def _install(out: Path, module: str, source: str, report: Report) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{module}.py"
     path.write_text(source)
-    registry = out / "registry.yaml"
-    data = yaml.safe_load(registry.read_text()) if registry.is_file() else None
-    rows = [r for r in (data or {}).get("environments", []) if r.get("id") != report.env["id"]]
-    env = report.env
-    rows.append(
-        {
-            "id": env["id"],
-            "capability": env["capability"],
-            "entry_point": f"{module}:SPEC",
-            "max_turns": env["max_turns"],
-            "kwargs": {"difficulty": 0.5, "reward_mode": "partial"},
-            "description": env["description"] or env["capability"],
-            "tags": env["tags"] or [env["capability"]],
+    registry = out / USER_REGISTRY_FILE
+    rows = {}
+    if registry.is_file():  # the folder's other environments stay, in their order
+        rows = {
+            r.id: r.entry_point for r in read_registry_file(registry) if r.id != report.env["id"]
         }
+    rows[report.env["id"]] = f"{module}:SPEC"
+    header = (
+        "# Environments written by trace-gym synthesize; put this folder on TRACE_GYM_PATH.\n"
+        "# Each id names its module's SPEC, which says the rest.\n"
     )
-    header = "# Environments written by trace-gym synthesize; put this folder on TRACE_GYM_PATH.\n"
-    registry.write_text(
-        header + yaml.safe_dump({"version": 1, "environments": rows}, sort_keys=False)
-    )
+    document = {"version": REGISTRY_VERSION, "environments": rows}
+    registry.write_text(header + yaml.safe_dump(document, sort_keys=False))
     return path
 
 

@@ -19,7 +19,7 @@ Example::
 
     from trl import GRPOTrainer
     from datasets import Dataset
-    from trace_gym.trl import environment_class, generate
+    from trace_gym.integrations.trl import environment_class, generate
 
     rows = generate("trace/precondition-v0", seeds=range(256), difficulty=0.5)
     trainer = GRPOTrainer(model=..., train_dataset=Dataset.from_list(rows),

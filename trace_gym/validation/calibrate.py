@@ -19,7 +19,7 @@ advantage, hence the informative-group share.
 Where the environment declares the decision its verifier judges (grant / refuse, ask / act /
 decline), the report adds the success rate per decision class and the balanced accuracy (the
 mean of the per-class rates): a policy that always grants wins the grant share of the tasks
-and shows 0 on the refusals, which the overall rate hides (:mod:`trace_gym.decisions`).
+and shows 0 on the refusals, which the overall rate hides (:mod:`trace_gym.validation.decisions`).
 
 The policy is an agent spec (``oracle``, ``random:SEED``, ``deficit:precondition=0.7:SEED``,
 ...) or a factory ``rollout_index -> agent``. An agent with a ``seed`` attribute gets a
@@ -40,11 +40,11 @@ from typing import Any
 import gymnasium as gym
 
 from trace_gym.agents.baselines import Agent, make_agent
-from trace_gym.decisions import decision_breakdown
 from trace_gym.episodes import run_episode
 from trace_gym.errors import ConfigError
 from trace_gym.primitives.seeding import check_difficulty, check_split, derive_seed
 from trace_gym.registration import entry
+from trace_gym.validation.decisions import decision_breakdown
 
 MEAN_REWARD_BAND = (0.2, 0.6)
 SUCCESS_RATE_BAND = (0.2, 0.6)

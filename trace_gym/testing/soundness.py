@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -40,10 +40,9 @@ from trace_gym.agents.information_free import (
     information_free_policies,
     skipped_information_free_policies,
 )
-from trace_gym.core.spec import KnobRate  # noqa: F401  (re-exported; environments declare them)
+from trace_gym.core.spec import KnobRate
+from trace_gym.testing.sources import EnvSource, Verifier, make_env
 
-EnvSource = str | Callable[[], gym.Env]
-Verifier = Callable[[Any, Any], Any]
 DIFFICULTIES = (0.0, 0.5, 1.0)
 DEFAULT_SEEDS = 30
 """Episodes per policy and difficulty in the quick check (``make test``)."""
@@ -61,12 +60,6 @@ MAX_DECISION_BLIND_SUCCESS = 0.5
 """No policy that always takes the same decision may win more than half of the tasks."""
 SAMPLING_Z = 3.0
 """Standard errors a measured decision share may differ from the declared one by."""
-
-
-def _make(source: EnvSource, verifier: Verifier | None = None) -> gym.Env:
-    from trace_gym.testing import make_env  # the suite imports this module
-
-    return make_env(source, verifier)
 
 
 def _env_name(env: gym.Env, source: EnvSource) -> str:
@@ -109,7 +102,7 @@ def information_free_table(
     """
     if n_seeds < 1:
         raise ValueError(f"n_seeds must be >= 1, got {n_seeds}")
-    env = _make(source, verifier)
+    env = make_env(source, verifier)
     try:
         name = _env_name(env, source)
         agents = [("oracle", OracleAgent()), *information_free_policies(env)]
@@ -221,7 +214,7 @@ def check_knob_rates(
     Tolerances are stated for :data:`RATE_SEEDS` seeds; over fewer, the allowance grows by
     the extra sampling error (three standard errors of the documented rate at ``n_seeds``
     minus those at :data:`RATE_SEEDS`), so a quick run does not fail by chance."""
-    env = _make(source)
+    env = make_env(source)
     try:
         name = _env_name(env, source)
         knobs: tuple[KnobRate, ...] = tuple(getattr(type(env.unwrapped), "knob_rates", ()))
@@ -313,7 +306,7 @@ def template_counts(
     split: str = "train",
 ) -> dict[float, int]:
     """Distinct masked task templates among seeds ``0 .. n_seeds-1``, per difficulty."""
-    env = _make(source)
+    env = make_env(source)
     try:
         counts = {}
         for difficulty in difficulties:
@@ -337,7 +330,7 @@ def check_template_diversity(
     """Assert at least ``floor`` (default: the environment's ``template_floor`` class
     attribute) distinct masked templates per ``n_seeds`` seeds at every difficulty; returns
     the counts. The floor is stated per 1,000 seeds and scaled down for fewer."""
-    env = _make(source)
+    env = make_env(source)
     try:
         name = _env_name(env, source)
         declared = getattr(type(env.unwrapped), "template_floor", None)
@@ -384,7 +377,7 @@ def decision_shares(
 ) -> dict[float, dict[str, float]]:
     """Share of each decision class (``info["decision"]``) among seeds ``0 .. n_seeds-1``, per
     difficulty (resets only, no episodes); a task without a class counts under ``None``."""
-    env = _make(source)
+    env = make_env(source)
     try:
         shares: dict[float, dict[str, float]] = {}
         for difficulty in difficulties:
@@ -417,7 +410,7 @@ def decision_table(
     "blind_success", "blind_mean_reward", "n", "class_n", "class_wins", "won_other_class"}``.
     An environment that declares no decisions gives no rows; a class measured but not
     declared gets a row with ``declared`` None and no blind measurements."""
-    env = _make(source, verifier)
+    env = make_env(source, verifier)
     try:
         name = _env_name(env, source)
         declared = declared_decisions(env)
@@ -488,7 +481,7 @@ def check_decision_balance(
     when the environment declares no decisions)."""
     rows = decision_table(source, difficulties, n_seeds, split, share_seeds, verifier)
     if not rows:
-        env = _make(source)
+        env = make_env(source)
         name = _env_name(env, source)
         env.close()
         raise AssertionError(f"{name} declares no decisions (decision class -> share)")

@@ -1,7 +1,7 @@
 """A short tour of trace_gym: seeded episodes on every environment with the oracle and the
 baseline agents, the verifier's verdicts, and the speed.
 
-    python -m trace_gym.demo [--episodes 20]
+    python -m trace_gym.examples.demo [--episodes 20]
 """
 
 from __future__ import annotations

@@ -1,47 +1,11 @@
-"""The trace_gym property suite: public API for proving environments and verifiers.
+"""The environment contract as checks: each one plays an environment and asserts a property.
 
-Every check takes an environment id registered with gymnasium (or a zero-argument factory
-returning an environment that follows the trace_gym contract and exposes ``oracle_actions``)
-and, optionally, a ``verifier(task, episode) -> Verification`` that replaces the
-environment's own. Checks raise ``AssertionError`` with the failing seed when a property does
-not hold. Hypothesis drives seeds, difficulties, splits and garbage actions.
-
-Use it from your own pytest run::
-
-    from trace_gym.testing import EnvPropertySuite
-
-    class TestMyEnv(EnvPropertySuite):
-        env_id = "myorg/refund-v0"      # or: make_env = staticmethod(lambda: MyEnv())
-
-Properties (the environment contract every trace_gym environment keeps): determinism (also
-across processes with different ``PYTHONHASHSEED``), the oracle passes with score 1.0, do-nothing / random / call-every-tool
-agents fail, single-step mutations of the oracle plan fail or score lower, arbitrary actions
-never crash ``step`` and keep rewards in range, verifying twice gives the same result and
-does not mutate the world, offline re-scoring equals the online reward, splits are
-seed-disjoint, and ``gymnasium.utils.env_checker.check_env`` passes.
-
-Soundness (re-exported from :mod:`trace_gym.soundness`, so one import serves): no
-information-free policy wins (:func:`check_information_free`: stall after reading, refuse
-with each listed rule or reason code, grant by copying the request, ask one fixed question,
-take the first search result, keyword stuffing; each must win at most 10 % of the tasks and
-earn a mean partial reward of at most 0.15 at difficulties 0, 0.5 and 1), the difficulty
-knobs an environment declares in ``knob_rates`` (:class:`KnobRate`) hold over 1,000 seeds
-(:func:`check_knob_rates`), its masked task templates reach the ``template_floor`` it
-declares (:func:`check_template_diversity`), and, where it declares decision classes
-(``decisions``: grant / refuse / ask / decline ...), each class is its declared share and no
-decision-blind policy ("read everything, then always take this decision, done well") wins a
-task of another class, more than its class's share, or more than half of the tasks
-(:func:`check_decision_balance`). The suite skips the knob, template and decision checks,
-saying why, for an environment that declares none.
-
-Profiles: ``trace-ci`` (derandomized, small), ``trace-long`` (at least
-:data:`LONG_FUZZ_ACTIONS` fuzzed actions per environment through :func:`check_garbage_actions`)
-and ``trace-dev``. Importing this module registers them and loads none: load one yourself
-(``settings.load_profile("trace-ci")``, or :func:`load_profile_from_env` as our
-``tests/conftest.py`` does from ``HYPOTHESIS_PROFILE``); every check runs with no deadline
-and without the too-slow health check whatever the profile, since an episode takes
-milliseconds. Public strategies (:func:`garbage_actions`, :func:`adversarial_actions` and the
-categories they draw from) let you fuzz your own environment the same way.
+Every check takes an environment id registered with gymnasium (or a zero-argument factory, see
+:mod:`trace_gym.testing.sources`) and, optionally, a ``verifier(task, episode) ->
+Verification`` that replaces the environment's own, and raises ``AssertionError`` with the
+failing seed when the property does not hold. The hypothesis profiles and the fuzzing
+strategies (:func:`garbage_actions`, :func:`adversarial_actions` and the categories they draw
+from) live here too. Import them from :mod:`trace_gym.testing`, which gathers the suite.
 """
 
 from __future__ import annotations
@@ -54,7 +18,7 @@ import pickle
 import reprlib
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -71,37 +35,12 @@ from trace_gym.agents.baselines import (
     RandomAgent,
     arguments_from_schema,
 )
-from trace_gym.agents.information_free import (  # re-exported: one module for the suite
-    information_free_policies,  # noqa: F401
-    skipped_information_free_policies,  # noqa: F401
-)
 from trace_gym.core.actions import parse_action
 from trace_gym.core.env import TraceEnv
 from trace_gym.episodes import rescore, run_episode
 from trace_gym.errors import ErrorCode
 from trace_gym.primitives.seeding import SPLITS, StableRNG
-from trace_gym.soundness import (  # the unused names are re-exported: one module for the suite
-    DECISION_SEEDS,
-    DEFAULT_SEEDS,
-    LONG_SEEDS,  # noqa: F401
-    MAX_DECISION_BLIND_SUCCESS,  # noqa: F401
-    MAX_MEAN_REWARD,  # noqa: F401
-    MAX_SUCCESS,  # noqa: F401
-    RATE_SEEDS,
-    KnobRate,  # noqa: F401
-    check_decision_balance,
-    check_information_free,
-    check_knob_rates,
-    check_template_diversity,
-    decision_shares,  # noqa: F401
-    decision_table,  # noqa: F401
-    information_free_table,  # noqa: F401
-    mask_template,  # noqa: F401
-    template_counts,  # noqa: F401
-)
-
-EnvSource = str | Callable[[], gym.Env]
-Verifier = Callable[[Any, Any], Any]
+from trace_gym.testing.sources import EnvSource, Verifier, make_env
 
 _SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large]
 # Prefixed names: hypothesis loads its own built-in "ci" profile when it detects a CI machine,
@@ -340,17 +279,6 @@ def garbage_actions(
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def make_env(source: EnvSource, verifier: Verifier | None = None, **kwargs: Any) -> gym.Env:
-    """An environment from an id or a factory, with its verifier optionally replaced."""
-    if isinstance(source, str):
-        env = gym.make(source, disable_env_checker=True, **kwargs)
-    else:
-        env = source()
-    if verifier is not None:
-        env.unwrapped.verify = verifier  # instance attribute shadows the hook
-    return env
-
-
 def _inner(env: gym.Env) -> TraceEnv:
     return env.unwrapped  # type: ignore[return-value]
 
@@ -828,122 +756,3 @@ def check_gymnasium_env_checker(source: EnvSource) -> None:
     env = make_env(source)
     check_env(env.unwrapped, skip_render_check=True)
     env.close()
-
-
-ALL_CHECKS = (
-    check_determinism,
-    check_oracle,
-    check_baselines_fail,
-    check_mutations,
-    check_garbage_actions,
-    check_verifier_purity,
-    check_replay,
-    check_split_disjointness,
-    check_gymnasium_env_checker,
-    check_pickle_roundtrip,
-)
-
-
-SOUNDNESS_CHECKS = (
-    check_information_free,
-    check_knob_rates,
-    check_template_diversity,
-    check_decision_balance,
-)
-
-
-class EnvPropertySuite:
-    """Subclass in a ``Test*`` class and set ``env_id`` (or ``make_env``) to run every property.
-
-    Set ``verifier`` to a ``(task, episode) -> Verification`` function to test a verifier of
-    your own against the environment's tasks, oracle and baselines. ``information_free_seeds``
-    (episodes per policy and difficulty), ``decision_seeds`` (episodes per decision-blind
-    policy and difficulty) and ``rate_seeds`` (resets for knob rates, template counts and
-    decision shares) size the soundness checks; lower them for a quicker, coarser run.
-    """
-
-    env_id: str | None = None
-    make_env: Callable[[], gym.Env] | None = None
-    verifier: Verifier | None = None
-    information_free_seeds: int = DEFAULT_SEEDS
-    decision_seeds: int = DECISION_SEEDS
-    rate_seeds: int = RATE_SEEDS
-
-    def _source(self) -> EnvSource:
-        source = self.env_id or type(self).make_env
-        if source is None:
-            raise TypeError("set env_id or make_env on your EnvPropertySuite subclass")
-        return source
-
-    def _verifier(self) -> Verifier | None:
-        return type(self).verifier
-
-    def test_determinism(self) -> None:
-        check_determinism(self._source(), self._verifier())
-
-    def test_oracle_passes(self) -> None:
-        check_oracle(self._source(), self._verifier())
-
-    def test_baselines_fail(self) -> None:
-        check_baselines_fail(self._source(), self._verifier())
-
-    def test_oracle_mutations_fail(self) -> None:
-        check_mutations(self._source(), self._verifier())
-
-    def test_garbage_actions(self) -> None:
-        check_garbage_actions(self._source(), self._verifier())
-
-    def test_verifier_purity(self) -> None:
-        check_verifier_purity(self._source(), self._verifier())
-
-    def test_replay_equals_online(self) -> None:
-        source = self._source()
-        if isinstance(source, str):
-            check_replay(source, self._verifier())
-
-    def test_split_disjointness(self) -> None:
-        check_split_disjointness(self._source(), n=50)
-
-    def test_gymnasium_env_checker(self) -> None:
-        check_gymnasium_env_checker(self._source())
-
-    def test_pickle_roundtrip(self) -> None:
-        check_pickle_roundtrip(self._source(), self._verifier())
-
-    def test_information_free_policies_lose(self) -> None:
-        check_information_free(
-            self._source(), n_seeds=self.information_free_seeds, verifier=self._verifier()
-        )
-
-    def _declared(self, attribute: str) -> Any:
-        env = make_env(self._source())
-        try:
-            return getattr(type(env.unwrapped), attribute, None)
-        finally:
-            env.close()
-
-    def test_knob_rates(self) -> None:
-        if not self._declared("knob_rates"):
-            _skip("declares no knob_rates (documented difficulty-knob rates) to check")
-        check_knob_rates(self._source(), n_seeds=self.rate_seeds)
-
-    def test_template_diversity(self) -> None:
-        if self._declared("template_floor") is None:
-            _skip("declares no template_floor (distinct masked templates per 1,000 seeds)")
-        check_template_diversity(self._source(), n_seeds=self.rate_seeds)
-
-    def test_decision_balance(self) -> None:
-        if not self._declared("decisions"):
-            _skip("declares no decisions (its verifier judges no categorical decision)")
-        check_decision_balance(
-            self._source(),
-            n_seeds=self.decision_seeds,
-            share_seeds=self.rate_seeds,
-            verifier=self._verifier(),
-        )
-
-
-def _skip(reason: str) -> None:
-    import pytest  # only the suite's test methods need it, and only under pytest
-
-    pytest.skip(reason)
