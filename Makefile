@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-# Offline, single-threaded settings for tests, demos and CI (see README "Environment").
+# Offline, single-threaded settings for tests, demos and CI (README, "Development").
 export HF_HUB_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export LITELLM_LOCAL_MODEL_COST_MAP := True

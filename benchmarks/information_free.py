@@ -5,7 +5,7 @@ reward per policy, environment and difficulty (0, 0.5, 1), on the eval split.
         [--json benchmarks/results/information_free.json]
         [--markdown benchmarks/results/information_free.md]
 
-The Markdown table (for the README) shows, per policy family and environment, the worst
+The Markdown table (for docs/environments.md) shows, per policy family and environment, the worst
 success rate and the worst mean reward over the family's members and the three difficulties;
 a cell over the bound (success > 10 % or mean reward > 0.15) is marked, and the violations are
 listed below the table. The oracle row is the reference (it must read 1.00 / 1.00).
