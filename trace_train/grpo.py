@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trace_train import distributed
+from trace_train import distributed, task_seeds
 from trace_train.config import GRPORunConfig, save_config
 from trace_train.rollout import (
     ChatFormat,
@@ -64,16 +64,18 @@ class GRPOResult:
 # Helpers
 # ---------------------------------------------------------------------------------------------
 def task_keys(cfg: GRPORunConfig) -> list[str]:
-    """One task per group, in training order: train-split seeds ``seed * 10^6 + i``; with a
-    curriculum band the difficulty ramps linearly from ``difficulty`` to ``difficulty_max``."""
+    """One task per group, in training order: GRPO's part of the train split's seeds
+    (``trace_train.task_seeds``: never a seed the warm start demonstrated); with a curriculum
+    band the difficulty ramps linearly from ``difficulty`` to ``difficulty_max``."""
     n = cfg.steps * cfg.groups_per_step
     lo, hi = (
         cfg.difficulty,
         cfg.difficulty_max if cfg.difficulty_max is not None else cfg.difficulty,
     )
+    seeds = task_seeds.phase_seeds("grpo", cfg.seed, n)
     return [
-        EpisodeSpec(cfg.env_id, cfg.seed * 1_000_000 + i, lo + (hi - lo) * i / max(1, n - 1)).key()
-        for i in range(n)
+        EpisodeSpec(cfg.env_id, task_seed, lo + (hi - lo) * i / max(1, n - 1)).key()
+        for i, task_seed in enumerate(seeds)
     ]
 
 
@@ -92,6 +94,8 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
     hint-free prompt ids, the completion ids with ``env_mask`` and the verifier's reward."""
     fmt = ChatFormat(tokenizer)
     served = ServedEnvs(cfg.env_urls) if cfg.env_urls else None  # else in process
+    # importance_weighted divides by the behaviour policy's probability of each token
+    weighting = cfg.hinted_rollouts == "importance_weighted"
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list]:
         keys = [p if isinstance(p, str) else p[-1]["content"] for p in prompts]
@@ -113,6 +117,7 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
                 prefill_dtype=cfg.prefill_dtype,
                 decode_dtype=cfg.decode_dtype,
                 clock=stats.clock,
+                with_logprobs=weighting,
             )
         rollouts: list[Rollout] = play_episodes(
             generate,
@@ -128,26 +133,44 @@ def make_rollout_func(cfg: GRPORunConfig, tokenizer: Any, stats: RolloutStats): 
             clock=stats.clock,
             served=served,
         )
-        mask_harness_faults(trainer, rollouts)
+        dropping = cfg.hinted_rollouts == "drop"
+        mask_harness_faults(trainer, rollouts, in_baseline=lambda r: not (dropping and r.spec.hint))
         stats.add(gather_for_log(trainer, rollouts))
-        logprobs = [r.logprobs for r in rollouts] if getattr(trainer, "use_vllm", False) else None
+        vllm = getattr(trainer, "use_vllm", False)
+        logprobs = [r.logprobs for r in rollouts] if (vllm or weighting) else None
+        rewards: list[float | None] = [r.reward for r in rollouts]
+        env_mask = [r.env_mask for r in rollouts]
+        if dropping:
+            # A dropped rollout carries no loss (every token masked) and no reward: TRL counts
+            # a None reward as unscorable, leaves it out of the group's mean and spread, and
+            # gives it a zero advantage. Keeping its reward in the group's statistics would
+            # not bias the hint-free rollouts' gradient (a baseline that does not depend on
+            # their own actions never does), but it is a baseline for another policy: when
+            # the hinted rollouts succeed and the hint-free ones all fail, every hint-free
+            # rollout would get the same negative advantage, a group counted informative that
+            # only pushes down whatever was sampled, and the group's spread would rescale
+            # the advantages by a variance the trained policy does not have. Left out.
+            rewards = [None if r.spec.hint else r.reward for r in rollouts]
+            env_mask = [[0] * len(r.env_mask) if r.spec.hint else r.env_mask for r in rollouts]
         return {
             "prompt_ids": [r.prompt_ids for r in rollouts],  # hint-free: the swap happens here
             "completion_ids": [r.completion_ids for r in rollouts],
-            "env_mask": [r.env_mask for r in rollouts],  # 0 = environment token, no loss
-            "logprobs": logprobs,
-            "env_reward": [r.reward for r in rollouts],
+            "env_mask": env_mask,  # 0 = environment token (or a dropped rollout), no loss
+            "logprobs": logprobs,  # the behaviour policy's (hinted prompt for hinted rows)
+            "env_reward": rewards,
             "env_success": [float(r.success) for r in rollouts],
+            "hinted": [bool(r.spec.hint) for r in rollouts],
         }
 
     return rollout_func
 
 
 def verifier_reward(
-    prompts: list, completions: list, env_reward: list[float], **_: Any
-) -> list[float]:
-    """The reward is the environment verifier's final score (forwarded by the rollout)."""
-    return [float(r) for r in env_reward]
+    prompts: list, completions: list, env_reward: list[float | None], **_: Any
+) -> list[float | None]:
+    """The reward is the environment verifier's final score (forwarded by the rollout);
+    ``None`` for a rollout the update leaves out (a dropped hinted rollout)."""
+    return [None if r is None else float(r) for r in env_reward]
 
 
 def load_policy_model(cfg: GRPORunConfig, out: Path) -> tuple[Any, Any, Any]:
@@ -292,16 +315,19 @@ def _has_accelerator() -> bool:
 # Several processes (accelerate launch: TRL splits each group across them, see
 # trace_train.distributed) and served environments (harness faults masked)
 # ---------------------------------------------------------------------------------------------
-def mask_harness_faults(trainer: Any, rollouts: list[Rollout]) -> None:
+def mask_harness_faults(
+    trainer: Any, rollouts: list[Rollout], in_baseline: Any = lambda r: True
+) -> None:
     """Take the episodes the harness failed (``Rollout.fault``: a served environment lost
     mid-episode, an environment's internal error) out of the update: none of their tokens
     carries loss, and their reward is the mean of their group's other rollouts, so they move
     neither the group's baseline nor, with a zero advantage, the policy. TRL has no per-sample
     mask, and a ``None`` reward would count as 0. The group may span processes: its rewards
-    are gathered first."""
+    are gathered first. ``in_baseline`` says which rollouts the group's statistics count
+    (dropped hinted rollouts do not)."""
     groups: dict[str, list[float]] = {}
     everyone = distributed.gather_to_all(
-        trainer, [(r.spec.key(), r.reward, r.fault is None) for r in rollouts]
+        trainer, [(r.spec.key(), r.reward, r.fault is None and in_baseline(r)) for r in rollouts]
     )
     for key, reward, healthy in everyone:
         if healthy:
@@ -333,6 +359,76 @@ def gather_for_log(trainer: Any, rollouts: list[Rollout]) -> list[Rollout]:
         for r in rollouts
     ]
     return distributed.gather_to_all(trainer, light)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hinted rollouts: importance-weighted against the policy that generated them
+# ---------------------------------------------------------------------------------------------
+def hint_aware_trainer(base: type, cfg: GRPORunConfig, stats: RolloutStats) -> type:
+    """TRL's ``GRPOTrainer`` with one addition after it scores a generation batch: each
+    row's ``hinted`` flag is kept as a tensor (``inputs["hinted"]`` in the loss, for tests
+    and the log), and with ``hinted_rollouts: importance_weighted`` the hinted rows' tokens
+    are weighted by the truncated ratio of :func:`hint_importance_weights`.
+
+    Why an override: TRL corrects for a different behaviour policy only when vLLM generates
+    (``vllm_importance_sampling_correction``). Its loss accepts per-token advantages
+    ``(B, T)``, so the weight is folded into the advantage: with one generation per optimizer
+    step the PPO ratio is 1 in value, so each token's gradient is
+    ``weight * advantage * grad log pi_theta(token | hint-free prompt)``, the truncated
+    importance-sampling estimate, and clipping acts on the ratio as usual."""
+    import torch
+
+    class HintAwareGRPOTrainer(base):  # type: ignore[misc, valid-type]
+        def _generate_and_score_completions(self, inputs: list[dict]) -> dict[str, Any]:
+            out = super()._generate_and_score_completions(inputs)
+            device = out["advantages"].device
+            hinted = torch.tensor([bool(x.get("hinted")) for x in inputs], device=device)
+            out["hinted"] = hinted
+            if cfg.hinted_rollouts != "importance_weighted" or not bool(hinted.any()):
+                return out
+            weights = hint_importance_weights(self, out, hinted, cfg.hint_weight_cap)
+            out["hint_weights"] = weights
+            stats.add_hint_weights(weights[hinted], _loss_mask(out)[hinted])
+            out["advantages"] = out["advantages"].unsqueeze(1) * weights
+            return out
+
+    return HintAwareGRPOTrainer
+
+
+def _loss_mask(out: dict[str, Any]) -> Any:
+    mask = out["completion_mask"]
+    return mask * out["tool_mask"] if out.get("tool_mask") is not None else mask
+
+
+def hint_importance_weights(trainer: Any, out: dict[str, Any], hinted: Any, cap: float) -> Any:
+    """Per-token weights ``(B, T)``: 1 for hint-free rows (sampled from the trained policy)
+    and for tokens outside the loss; for a hinted row's model tokens
+    ``min(pi_theta(token | hint-free prompt) / pi_behaviour(token | hinted prompt), cap)``,
+    the numerator from a forward pass of the current policy on the hint-free prompt, the
+    denominator the probability recorded when the token was sampled. Per token, not per
+    sequence: a product over hundreds of tokens would be all variance."""
+    import torch
+
+    behaviour = out.get("sampling_per_token_logps")
+    if behaviour is None:
+        raise RuntimeError("importance_weighted hinted rollouts need the behaviour logprobs")
+    rows = hinted.nonzero().squeeze(1)
+    prompt_ids, completion_ids = out["prompt_ids"][rows], out["completion_ids"][rows]
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention = torch.cat([out["prompt_mask"][rows], out["completion_mask"][rows]], dim=1)
+    with torch.no_grad():
+        current, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model,
+            ids,
+            attention,
+            completion_ids.size(1),
+            batch_size=trainer.args.per_device_train_batch_size,
+        )
+    mask = _loss_mask(out)[rows].bool()
+    ratio = torch.exp((current - behaviour[rows]).clamp(max=30.0)).clamp(max=cap)
+    weights = torch.ones_like(out["completion_mask"], dtype=current.dtype)
+    weights[rows] = torch.where(mask, ratio, torch.ones_like(ratio))
+    return weights
 
 
 def held_out_eval(cfg: GRPORunConfig | Any, model: Any, tokenizer: Any, n: int) -> dict[str, Any]:
@@ -384,11 +480,12 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
 
     # -- 4. multi-turn rollouts against the environment -----------------------------------------
     stats = RolloutStats(total=prior_rollouts, group_size=cfg.group_size)
+    stats.hint_weight_cap = cfg.hint_weight_cap
     rollout_func = make_rollout_func(cfg, tokenizer, stats)
 
     # -- 5. the trainer ------------------------------------------------------------------------
     with quiet():
-        trainer = GRPOTrainer(
+        trainer = hint_aware_trainer(GRPOTrainer, cfg, stats)(
             model=model,
             reward_funcs=verifier_reward,
             args=trl_config(cfg, out, ChatFormat(tokenizer).stop_ids),
@@ -433,30 +530,60 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
         if cfg.eval_episodes:
             end.update(held_out_eval(cfg, policy, tokenizer, cfg.eval_episodes))
         _log_line(log_path, end)
-        (adapter_dir / "trace_train.json").write_text(json.dumps(_metadata(cfg), indent=2) + "\n")
+        meta = _metadata(cfg, adapter_dir, policy)
+        (adapter_dir / "trace_train.json").write_text(json.dumps(meta, indent=2) + "\n")
     distributed.wait_for_everyone(trainer)  # no process returns before the adapter is written
     return GRPOResult(adapter_dir, log_path, trainer.state.global_step, policy)
 
 
-def _metadata(cfg: GRPORunConfig) -> dict[str, Any]:
-    import peft
-    import transformers
-    import trl
-
+def _metadata(cfg: GRPORunConfig, adapter_dir: Path, model: Any) -> dict[str, Any]:
+    """``trace_train.json``: what the adapter is for, and where it came from
+    (:func:`trace_train.provenance.run_record`: commit, seeds, the full config, the base
+    model's and every adapter's hash, the precision of each phase, the machine)."""
     import trace_gym
+    from trace_train import provenance
+    from trace_train.embedded import resolve_model
 
     entry = next((e for e in trace_gym.load_registry() if e.id == cfg.env_id), None)
+    adapters = {"adapter": adapter_dir}
+    if cfg.init_adapter:
+        adapters["init_adapter"] = cfg.init_adapter
+    record = provenance.run_record(
+        cfg,
+        phase="grpo",
+        base_model=resolve_model(cfg.model),
+        adapters=adapters,
+        dtypes=phase_dtypes(cfg, model),
+        seeds={"run_seed": cfg.seed,
+               "tasks": task_seeds.record("grpo", cfg.seed, cfg.steps * cfg.groups_per_step)},
+    )  # fmt: skip
     return {
         "env_id": cfg.env_id,
         "capability": entry.capability if entry else None,
         "description": entry.description if entry else None,
         "base_model": cfg.model,
         "trained_with": "trace-train grpo",
-        "versions": {
-            "trl": trl.__version__,
-            "peft": peft.__version__,
-            "transformers": transformers.__version__,
-        },
+        "hinted_rollouts": cfg.hinted_rollouts,
+        "versions": record["machine"]["versions"],
+        "provenance": record,
+    }
+
+
+def phase_dtypes(cfg: GRPORunConfig, model: Any) -> dict[str, str]:
+    """The precision each phase of a GRPO run ran in: the stored weights, the update's
+    forward and backward passes, and the rollouts' prompt encoding and decoding."""
+    from trace_train.decoding import resolve_phase_dtypes
+
+    weights = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if cfg.use_vllm:
+        generation = {"prefill": "vllm", "decode": "vllm"}
+    else:
+        generation = resolve_phase_dtypes(cfg.prefill_dtype, cfg.decode_dtype, model.device)
+    return {
+        "weights": weights,
+        "update": "bfloat16 autocast" if cfg.bf16 and weights == "float32" else weights,
+        "rollout_prefill": generation["prefill"],
+        "rollout_decode": generation["decode"],
     }
 
 
