@@ -75,18 +75,28 @@ def oracle_generate(fmt: ChatFormat) -> tuple[Generate, dict]:
 
 
 def demonstrations(
-    cfg: WarmstartConfig, fmt: ChatFormat, counts: dict[str, int] | None = None
+    cfg: WarmstartConfig,
+    fmt: ChatFormat,
+    counts: dict[str, int] | None = None,
+    show_progress: bool = True,
 ) -> list[dict[str, list[int]]]:
     """Token ids and assistant masks of one oracle episode per spec (failed ones dropped).
     ``counts``, when given, receives how many were dropped (``unfinished``) and how many cut
     to ``max_length`` (``truncated``), so the caller can say what was not learned."""
     import gymnasium as gym
+    from tqdm.auto import tqdm
 
     generate, state = oracle_generate(fmt)
     rows = []
     counts = counts if counts is not None else {}
     counts.update(requested=cfg.demonstrations, unfinished=0, truncated=0)
-    for spec in demonstration_specs(cfg):
+    # Hundreds of long service-desk episodes take minutes: a bar with the time remaining
+    # (main process only; the others play the same demonstrations silently).
+    specs = tqdm(
+        demonstration_specs(cfg), desc="demonstrations", leave=False,
+        disable=not (show_progress and distributed.is_main()),
+    )  # fmt: skip
+    for spec in specs:
         env = gym.make(spec.env_id, disable_env_checker=True, **cfg.env_kwargs)
         env.reset(seed=spec.task_seed, options={"difficulty": spec.difficulty, "split": "train"})
         state["plan"], state["turn"] = [action_text(a) for a in env.unwrapped.oracle_actions()], 0

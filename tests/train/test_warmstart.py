@@ -177,7 +177,7 @@ def test_every_checkpoint_is_kept_and_the_record_hashes_the_adapter(tmp_path, tm
     )  # fmt: skip
     assert cfg.save_total_limit is None
     result = train(cfg)
-    kept = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("checkpoint-*"))
     assert kept == [f"checkpoint-{i}" for i in range(1, 5)]  # the default limit was 2
     weights = result.adapter_dir / "adapter_model.safetensors"
     assert result.adapter_dir == tmp_path / "adapter" and weights.is_file()
