@@ -92,7 +92,8 @@ def git_state(where: str | Path | None = None) -> dict[str, Any]:
     wheel) both are ``None`` with the reason."""
     root = Path(where) if where else Path(__file__).resolve().parent.parent
     try:
-        commit = _git(root, "rev-parse", "HEAD")
+        commit = _git(root, "rev-parse", "HEAD").strip()
+        # porcelain lines are "XY path": the status column may start with a space, keep it
         changed = [line[3:] for line in _git(root, "status", "--porcelain").splitlines() if line]
     except (OSError, subprocess.SubprocessError) as exc:
         return {"commit": None, "dirty": None, "why": f"no git checkout at {root}: {exc}"}
@@ -103,7 +104,7 @@ def _git(root: Path, *args: str) -> str:
     done = subprocess.run(
         ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20, check=True
     )
-    return done.stdout.strip()
+    return done.stdout
 
 
 def machine() -> dict[str, Any]:
