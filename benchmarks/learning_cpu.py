@@ -314,6 +314,21 @@ def plot(report: dict, path: Path) -> None:
     fig.savefig(path)
 
 
+def adapters_provenance(adapters: dict[str, str]) -> dict:
+    """Each adapter's hash and its run's record (``trace_train.json``: commit, seeds, config,
+    base hash, dtypes), with this process's commit and machine."""
+    from trace_train import provenance
+
+    record: dict = {"git": provenance.git_state(), "machine": provenance.machine()}
+    for name, path in adapters.items():
+        meta = Path(path) / "trace_train.json"
+        record[name] = {
+            **provenance.adapter_hash(path),
+            "record": json.loads(meta.read_text()).get("provenance") if meta.is_file() else None,
+        }
+    return record
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     import torch
@@ -447,6 +462,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if base:
         report.update(base_successes=base["successes"], base_success_ci95=list(wilson(base["successes"], n)))  # fmt: skip
+    report["provenance"] = adapters_provenance({"warmstart": ws["adapter"], "grpo": rl["adapter"]})
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")

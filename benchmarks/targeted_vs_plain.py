@@ -211,6 +211,8 @@ def main(argv: list[str] | None = None) -> dict:
         config, " ".join([command, shlex.join(sys.argv[1:] if argv is None else argv)]).strip()
     )
     record["this_invocation_seconds"] = round(time.time() - started, 1)
+    # what the numbers were made from: commit, config, base and adapter hashes, seeds, dtypes
+    record["provenance"] = json.loads((Path(config.run_dir) / "provenance.json").read_text())
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")

@@ -24,7 +24,11 @@ from typing import Any, TypeVar
 
 import yaml
 
+from trace_train.task_seeds import PART_SIZE as PHASE_TASKS
+
 PRESET_DIR = Path(__file__).with_name("configs")
+HINTED_ROLLOUTS = ("drop", "importance_weighted")
+"""How GRPO treats rollouts generated with the hint (``GRPORunConfig.hinted_rollouts``)."""
 LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo")
 
 T = TypeVar("T")
@@ -158,6 +162,17 @@ class GRPORunConfig(RolloutConfig):
     hint_ratio: float = 0.25
     """Share of each group's rollouts whose system prompt carries the ``<expert_guidance>``
     hint (paper: 0.25-0.5). The update always sees the hint-free prompt."""
+    hinted_rollouts: str = "drop"
+    """What the update does with hinted rollouts, which were sampled from another policy (the
+    model given the hint) than the one trained (the model without it): ``drop`` leaves them
+    out of the loss and out of their group's reward mean and spread (they are logged only);
+    ``importance_weighted`` trains on them with each token weighted by
+    ``pi_theta(token | hint-free prompt) / pi_behaviour(token | hinted prompt)``, the
+    behaviour log-probabilities recorded at generation, truncated at ``hint_weight_cap``
+    (truncated importance sampling). ``benchmarks/hinted_rollouts_ablation.py`` compares them."""
+    hint_weight_cap: float = 2.0
+    """Truncation of the per-token importance weight of hinted rollouts
+    (``importance_weighted``): weights above it count as it, which bounds the variance."""
     beta: float = 0.0
     """KL coefficient (paper: 0; the LoRA limits drift). Non-zero uses the adapter-disabled
     base as reference."""
@@ -175,8 +190,9 @@ class GRPORunConfig(RolloutConfig):
     """Seed of model init, sampling and the task seeds (train split)."""
     save_steps: int = 5
     """Checkpoint every this many steps (adapter, optimizer, RNG, trainer state)."""
-    save_total_limit: int = 2
-    """Checkpoints kept."""
+    save_total_limit: int | None = 2
+    """Checkpoints kept (the oldest go first); ``null`` keeps every one. The final adapter is
+    saved outside the rotation (``adapter/``), so no later run ever needs a checkpoint."""
     resume: bool = True
     """Resume from the last checkpoint in ``output_dir/checkpoints`` when one exists."""
     eval_episodes: int = 0
@@ -211,6 +227,11 @@ class GRPORunConfig(RolloutConfig):
             raise ConfigError(
                 f"groups_per_step={self.groups_per_step}, steps={self.steps}: both must be >= 1"
             )
+        if self.steps * self.groups_per_step > PHASE_TASKS:
+            raise ConfigError(
+                f"steps*groups_per_step={self.steps * self.groups_per_step} tasks: GRPO's part "
+                f"of the train split holds {PHASE_TASKS} (trace_train.task_seeds)"
+            )
         total = self.group_size * self.groups_per_step
         micro = self.micro_batch_size or self.group_size
         if total % micro:
@@ -219,6 +240,27 @@ class GRPORunConfig(RolloutConfig):
             )
         if not 0.0 <= self.hint_ratio <= 1.0:
             raise ConfigError(f"hint_ratio={self.hint_ratio} must be in [0, 1]")
+        if self.hinted_rollouts not in HINTED_ROLLOUTS:
+            raise ConfigError(
+                f"hinted_rollouts={self.hinted_rollouts!r}; use one of {HINTED_ROLLOUTS}"
+            )
+        if self.hinted_rollouts == "drop" and self.hints_per_group >= self.group_size:
+            raise ConfigError(
+                f"hinted_rollouts=drop with hint_ratio={self.hint_ratio}: every rollout of a "
+                "group is hinted, so nothing would train; lower hint_ratio or use "
+                "importance_weighted"
+            )
+        if self.hint_weight_cap <= 0:
+            raise ConfigError(f"hint_weight_cap={self.hint_weight_cap} must be > 0")
+        if self.hinted_rollouts == "importance_weighted" and self.use_vllm:
+            raise ConfigError(
+                "hinted_rollouts=importance_weighted needs the behaviour log-probabilities of "
+                "transformers generation; with use_vllm use hinted_rollouts: drop"
+            )
+        if self.save_total_limit is not None and self.save_total_limit < 1:
+            raise ConfigError(
+                f"save_total_limit={self.save_total_limit}; keep at least 1, or null for all"
+            )
         if self.epsilon_high < self.epsilon:
             raise ConfigError(f"epsilon_high={self.epsilon_high} < epsilon={self.epsilon}")
         if self.loss_type not in LOSS_TYPES:
@@ -284,6 +326,10 @@ class WarmstartConfig(RolloutConfig):
     """Seed of init, shuffling and the demonstration task seeds."""
     save_steps: int = 50
     """Checkpoint every this many steps."""
+    save_total_limit: int | None = None
+    """Checkpoints kept (the oldest go first); ``null`` (default) keeps every one, so no
+    checkpoint of the warm start a later run or a rebuild might start from is deleted. The
+    final adapter is saved outside the rotation (``adapter/``) either way."""
     resume: bool = True
     """Resume from the last checkpoint when one exists."""
     eval_episodes: int = 20
@@ -297,10 +343,17 @@ class WarmstartConfig(RolloutConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.demonstrations < 1:
-            raise ConfigError(f"demonstrations={self.demonstrations} must be >= 1")
+        if not 1 <= self.demonstrations <= PHASE_TASKS:
+            raise ConfigError(
+                f"demonstrations={self.demonstrations} must be in [1, {PHASE_TASKS}] (the warm "
+                "start's part of the train split, trace_train.task_seeds)"
+            )
         if self.epochs <= 0 or self.batch_size < 1:
             raise ConfigError(f"epochs={self.epochs}, batch_size={self.batch_size}: must be > 0")
+        if self.save_total_limit is not None and self.save_total_limit < 1:
+            raise ConfigError(
+                f"save_total_limit={self.save_total_limit}; keep at least 1, or null for all"
+            )
         micro = self.micro_batch_size or self.batch_size
         if micro < 1 or self.batch_size % micro:
             raise ConfigError(

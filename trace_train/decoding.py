@@ -108,22 +108,37 @@ def _autocast(model: Any, dtype: str) -> Any:
     return torch.autocast(model.device.type, dtype=torch.bfloat16)
 
 
-def pick(logits: Any, temperature: float, top_p: float, generator: Any = None) -> Any:
-    """Next tokens from last-position logits ``(B, V)``: argmax at temperature 0, else nucleus
-    sampling (``top_p``) at ``temperature``."""
+def sampling_logits(logits: Any, temperature: float, top_p: float) -> Any:
+    """The logits :func:`pick` samples from at ``temperature > 0``: scaled by the temperature,
+    tokens outside the nucleus (``top_p``) at ``-inf``."""
     import torch
 
-    logits = logits.float()
-    if temperature <= 0:
-        return logits.argmax(-1)
-    logits = logits / temperature
+    logits = logits.float() / temperature
     if top_p < 1.0:
         ordered, order = logits.sort(-1, descending=True)
         cum = ordered.softmax(-1).cumsum(-1)
         drop = cum - ordered.softmax(-1) >= top_p  # keep the smallest set reaching top_p
         ordered = ordered.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, ordered)
-    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+    return logits
+
+
+def pick(logits: Any, temperature: float, top_p: float, generator: Any = None) -> Any:
+    """Next tokens from last-position logits ``(B, V)``: argmax at temperature 0, else nucleus
+    sampling (``top_p``) at ``temperature``."""
+    import torch
+
+    if temperature <= 0:
+        return logits.float().argmax(-1)
+    probs = sampling_logits(logits, temperature, top_p).softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def token_logprobs(logits: Any, tokens: Any, temperature: float, top_p: float) -> list[float]:
+    """Log-probability of each picked token under the distribution it was sampled from (the
+    behaviour policy's, for an importance ratio); at temperature 0, of the raw logits."""
+    scaled = sampling_logits(logits, temperature, top_p) if temperature > 0 else logits.float()
+    return scaled.log_softmax(-1).gather(-1, tokens.view(-1, 1)).squeeze(-1).tolist()
 
 
 def _kv(cache: Any) -> list[tuple[Any, Any]]:
@@ -178,19 +193,27 @@ def decode_batch(
     top_p: float = 1.0,
     dtype: str = "float32",
     clock: PhaseClock | None = None,
+    sampled_logprobs: list[list[float]] | None = None,
 ) -> list[tuple[list[int], Any, list[int]]]:
     """Generate for every row at once from its prefill (``starts[i] = (logits, cache)``).
 
     Returns per row ``(new tokens, the row's own cache, the token ids that cache covers)``;
-    the new tokens end at the first stop token or after ``max_new_tokens``."""
+    the new tokens end at the first stop token or after ``max_new_tokens``.
+    ``sampled_logprobs``, when given (an empty list), receives per row the log-probability of
+    each new token under the distribution it was sampled from (:func:`token_logprobs`)."""
     import torch
 
     clock = clock or PhaseClock()
     stops = set(stop_ids)
     device = model.device
     n = len(rows)
-    first = pick(torch.stack([s[0] for s in starts]), temperature, top_p)
+    first_logits = torch.stack([s[0] for s in starts])
+    first = pick(first_logits, temperature, top_p)
     generated = [[int(t)] for t in first.tolist()]
+    if sampled_logprobs is not None:
+        sampled_logprobs[:] = [
+            [lp] for lp in token_logprobs(first_logits, first, temperature, top_p)
+        ]
     lengths = [len(r) for r in rows]  # tokens each row's cache holds
     results: list[Any] = [None] * n
 
@@ -226,9 +249,14 @@ def decode_batch(
                 mask[row, width - lengths[i] - 1 :] = 1
             positions = torch.tensor([[lengths[i]] for i in alive], device=device)
             logits, cache = _forward(model, ids, mask, positions, cache, dtype)
-            for row, token in zip(alive, pick(logits, temperature, top_p).tolist(), strict=True):
+            picked = pick(logits, temperature, top_p)
+            for row, token in zip(alive, picked.tolist(), strict=True):
                 lengths[row] += 1
                 generated[row].append(int(token))
+            if sampled_logprobs is not None:
+                chosen = token_logprobs(logits, picked, temperature, top_p)
+                for row, lp in zip(alive, chosen, strict=True):
+                    sampled_logprobs[row].append(lp)
             finished = [row for row, i in enumerate(alive) if done(i)]
             if not finished:
                 continue

@@ -154,9 +154,13 @@ def evaluate_model(
     specs = [
         EpisodeSpec(rollout_cfg.env_id, i, rollout_cfg.difficulty, split) for i in range(episodes)
     ]
+    from tqdm.auto import tqdm
+
     records = []
-    for i in range(0, len(specs), 8):
-        records += policy.play(specs[i : i + 8], settings)
+    with tqdm(total=len(specs), desc=f"held-out {split}", leave=False) as bar:  # time remaining
+        for i in range(0, len(specs), 8):
+            records += policy.play(specs[i : i + 8], settings)
+            bar.update(len(specs[i : i + 8]))
     s = summarize(records)
     return {
         "heldout/episodes": s["episodes"],

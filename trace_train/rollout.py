@@ -347,8 +347,13 @@ def hf_generate(
     prefill_dtype: str = "auto",
     decode_dtype: str = "auto",
     clock: PhaseClock | None = None,
+    with_logprobs: bool = False,
 ) -> Generate:
     """A :data:`Generate` over the model that stops at the turn end.
+
+    ``with_logprobs``: also return each new token's log-probability under the distribution it
+    was sampled from (temperature, ``top_p``): the behaviour policy's, which an importance
+    ratio for hinted rollouts divides by (``trace_train.grpo``).
 
     With ``reuse_cache`` (default: :func:`supports_cache_reuse`) each sequence starts from the
     longest cached prefix (:class:`_KVStore`) and only encodes what is new: on a CPU,
@@ -376,7 +381,7 @@ def hf_generate(
         else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
     )
 
-    def plain(batch: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    def plain(batch: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], list]]:
         width = max(len(x) for x in batch)
         ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch])
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
@@ -388,9 +393,15 @@ def hf_generate(
                 eos_token_id=stop_ids,
                 pad_token_id=pad,
                 return_dict_in_generate=True,
+                output_scores=with_logprobs,  # after the temperature and top-p processors
                 **sampling,
             )
-        return out.sequences[:, width:].tolist()
+        new = out.sequences[:, width:]
+        if not with_logprobs:
+            return [(row, []) for row in new.tolist()]
+        scores = torch.stack(out.scores, 1).float().log_softmax(-1)  # (B, new, V)
+        chosen = scores.gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        return list(zip(new.tolist(), chosen.tolist(), strict=True))
 
     def start(ids: list[int], shared: _KVStore) -> tuple[Any, Any]:
         # Rows of this batch share prefixes too (a group's prompt): take the longer of what
@@ -404,13 +415,14 @@ def hf_generate(
         shared.put(ids, cache)
         return logits, cache
 
-    def cached(batch: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    def cached(batch: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], list]]:
         shared = _KVStore(max_entries=len(batch))
         groups = [list(range(len(batch)))] if batch_decode else [[i] for i in range(len(batch))]
-        rows: list[list[int]] = [[] for _ in batch]
+        rows: list[tuple[list[int], list]] = [([], []) for _ in batch]
         finished: list[tuple[list[int], Any]] = []
         for group in groups:
             starts = [start(batch[i], shared) for i in group]
+            logprobs: list[list[float]] | None = [] if with_logprobs else None
             decoded = decode_batch(
                 model,
                 [batch[i] for i in group],
@@ -421,17 +433,20 @@ def hf_generate(
                 top_p=top_p,
                 dtype=dtypes["decode"],
                 clock=clock,
+                sampled_logprobs=logprobs,
             )
-            for i, (new, cache, key) in zip(group, decoded, strict=True):
+            for k, (i, (new, cache, key)) in enumerate(zip(group, decoded, strict=True)):
                 finished.append((key, cache))
-                rows[i] = new
+                rows[i] = (new, logprobs[k] if logprobs is not None else [])
         # Stored only now: a handed-over cache is extended in place, and this batch's own
         # prefills (``shared``) must stay as they were until every row has started.
         for key, cache in finished:
             store.put(key, cache)
         return rows
 
-    def generate(batch: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], None]]:
+    def generate(
+        batch: list[list[int]], max_new_tokens: int
+    ) -> list[tuple[list[int], list[float] | None]]:
         was_training = model.training
         model.eval()  # generation with the KV cache; restore train mode for the update
         try:
@@ -442,9 +457,9 @@ def hf_generate(
         finally:
             model.train(was_training)
         results = []
-        for row in rows:
+        for row, logprobs in rows:
             cut = next((i + 1 for i, t in enumerate(row) if t in stop_ids), len(row))
-            results.append((row[:cut], None))
+            results.append((row[:cut], logprobs[:cut] if with_logprobs else None))
         return results
 
     return generate
@@ -593,8 +608,8 @@ def _advance(
     r = x.rollout
     r.completion_ids += ids
     r.env_mask += [1] * len(ids)
-    if r.logprobs is not None:
-        r.logprobs = r.logprobs + list(lps) if lps is not None else None
+    if r.logprobs is not None:  # ids may have been cut to the budget: cut the logprobs alike
+        r.logprobs = r.logprobs + list(lps)[: len(ids)] if lps is not None else None
     _, reward, terminated, truncated, info = x.env.step(fmt.decode(ids))
     if not (terminated or truncated):
         new_messages = info["messages"][x.n_messages + 1 :]  # skip the assistant's own turn

@@ -8,7 +8,10 @@ went (``time/step_seconds`` and ``time/{prefill,decode,backward,env}_share``, sh
 the rest is the loss's forward passes, the optimizer and bookkeeping) with the precision each
 generation phase ran in (``gen/prefill_dtype``, ``gen/decode_dtype``). Event lines
 (``eval_before``, ``train_end``) carry held-out results. Episodes the harness failed are
-counted (``env/harness_faults``) and left out of the reward and success means.
+counted (``env/harness_faults``) and left out of the reward and success means. The share of
+groups whose hint-free rollouts differ in reward (``group/informative_share_no_hint``) is
+what trains when hinted rollouts are dropped; with importance-weighted hinted rollouts,
+``hints/weight_*`` summarise their per-token weights.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ class RolloutStats:
         self.pending: list[Any] = []
         self.clock = PhaseClock()
         self.wall_start: float | None = None
+        self.hint_weights: list[float] = []
+        self.hint_weight_cap: float | None = None
 
     def start_clock(self) -> None:
         """Start the wall clock of the next logged step (and drop time spent before it)."""
@@ -66,6 +71,22 @@ class RolloutStats:
         self.pending.extend(rollouts)
         self.total += len(rollouts)
 
+    def add_hint_weights(self, weights: Any, mask: Any) -> None:
+        """The importance weights of hinted rollouts' model tokens (``hinted_rollouts:
+        importance_weighted``), for this step's ``hints/weight_*`` keys."""
+        self.hint_weights.extend(weights[mask.bool()].flatten().tolist())
+
+    def _hint_weight_summary(self) -> dict[str, Any]:
+        weights, self.hint_weights = self.hint_weights, []
+        if not weights:
+            return {}
+        out = {"hints/weight_mean": _mean(weights), "hints/weight_min": round(min(weights), 6),
+               "hints/weight_max": round(max(weights), 6)}  # fmt: skip
+        if self.hint_weight_cap is not None:
+            capped = sum(w >= self.hint_weight_cap for w in weights) / len(weights)
+            out["hints/weight_capped_share"] = round(capped, 6)
+        return out
+
     def flush(self) -> dict[str, Any]:
         rs, self.pending = self.pending, []
         timing = self.timing()
@@ -80,6 +101,10 @@ class RolloutStats:
         variances = [statistics.pvariance(v) for v in groups.values()]
         plain = [r for r in rs if not r.spec.hint]
         hinted = [r for r in rs if r.spec.hint]
+        plain_groups: dict[str, list[float]] = defaultdict(list)
+        for r in plain:
+            plain_groups[r.spec.key()].append(r.reward)
+        plain_variances = [statistics.pvariance(v) for v in plain_groups.values()]
         return {
             "rollouts/step": len(played),
             "rollouts/total": self.total,
@@ -94,9 +119,12 @@ class RolloutStats:
             "env/difficulty": _mean(r.spec.difficulty for r in rs),
             "group/reward_variance": _mean(variances),
             "group/informative_share": _mean(float(v > 0) for v in variances),
+            # what trains under hinted_rollouts: drop (the hint-free rollouts' rewards differ)
+            "group/informative_share_no_hint": _mean(float(v > 0) for v in plain_variances),
             "tokens/model": sum(r.model_tokens for r in played),
             "tokens/env": sum(r.env_tokens for r in played),
             "tokens/prompt": sum(len(r.prompt_ids) for r in played),
+            **self._hint_weight_summary(),
             **timing,
         }
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trace_train import distributed
+from trace_train import distributed, task_seeds
 from trace_train.config import WarmstartConfig, save_config
 from trace_train.rollout import ChatFormat, EpisodeSpec, Generate, action_text, play_episodes
 from trace_train.runlog import RolloutStats, TrainingLog, time_backward, truncate_log
@@ -42,16 +42,17 @@ class WarmstartResult:
 
 
 def demonstration_specs(cfg: WarmstartConfig) -> list[EpisodeSpec]:
-    """Train-split tasks; difficulties spread evenly over [0, 1] unless fixed."""
+    """The warm start's part of the train split (``trace_train.task_seeds``: GRPO never
+    draws these seeds); difficulties spread evenly over [0, 1] unless fixed."""
     n = cfg.demonstrations
     return [
         EpisodeSpec(
             cfg.env_id,
-            cfg.seed * 1_000_000 + i,
+            task_seed,
             i / max(1, n - 1) if cfg.difficulty_spread else cfg.difficulty,
             "train",
         )
-        for i in range(n)
+        for i, task_seed in enumerate(task_seeds.phase_seeds("warmstart", cfg.seed, n))
     ]
 
 
@@ -74,18 +75,28 @@ def oracle_generate(fmt: ChatFormat) -> tuple[Generate, dict]:
 
 
 def demonstrations(
-    cfg: WarmstartConfig, fmt: ChatFormat, counts: dict[str, int] | None = None
+    cfg: WarmstartConfig,
+    fmt: ChatFormat,
+    counts: dict[str, int] | None = None,
+    show_progress: bool = True,
 ) -> list[dict[str, list[int]]]:
     """Token ids and assistant masks of one oracle episode per spec (failed ones dropped).
     ``counts``, when given, receives how many were dropped (``unfinished``) and how many cut
     to ``max_length`` (``truncated``), so the caller can say what was not learned."""
     import gymnasium as gym
+    from tqdm.auto import tqdm
 
     generate, state = oracle_generate(fmt)
     rows = []
     counts = counts if counts is not None else {}
     counts.update(requested=cfg.demonstrations, unfinished=0, truncated=0)
-    for spec in demonstration_specs(cfg):
+    # Hundreds of long service-desk episodes take minutes: a bar with the time remaining
+    # (main process only; the others play the same demonstrations silently).
+    specs = tqdm(
+        demonstration_specs(cfg), desc="demonstrations", leave=False,
+        disable=not (show_progress and distributed.is_main()),
+    )  # fmt: skip
+    for spec in specs:
         env = gym.make(spec.env_id, disable_env_checker=True, **cfg.env_kwargs)
         env.reset(seed=spec.task_seed, options={"difficulty": spec.difficulty, "split": "train"})
         state["plan"], state["turn"] = [action_text(a) for a in env.unwrapped.oracle_actions()], 0
@@ -198,7 +209,7 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
         logging_steps=1,
         save_strategy="steps",
         save_steps=cfg.save_steps,
-        save_total_limit=2,
+        save_total_limit=cfg.save_total_limit,
         report_to="none",
         bf16=cfg.bf16,  # autocast only: the model loaded in float32 above
         use_cpu=not torch.cuda.is_available(),
@@ -250,10 +261,36 @@ def train(cfg: WarmstartConfig, callbacks: list | None = None) -> WarmstartResul
             "env_id": cfg.env_id,
             "base_model": cfg.model,
             "trained_with": "trace-train warmstart",
+            "provenance": _provenance(cfg, path, adapter_dir, policy),
         }
         (adapter_dir / "trace_train.json").write_text(json.dumps(meta, indent=2) + "\n")
     distributed.wait_for_everyone(trainer)  # no process returns before the adapter is written
     return WarmstartResult(adapter_dir, log_path, before, after, policy)
+
+
+def _provenance(cfg: WarmstartConfig, base: str, adapter_dir: Path, model: Any) -> dict[str, Any]:
+    """The run's record (:func:`trace_train.provenance.run_record`): commit, the
+    demonstrations' task seeds, the full config, base and adapter hashes, each phase's
+    precision (the oracle writes the demonstrations: no model generates them), the machine."""
+    from trace_train import provenance
+    from trace_train.decoding import resolve_phase_dtypes
+
+    weights = str(next(model.parameters()).dtype).removeprefix("torch.")
+    evaluation = resolve_phase_dtypes(cfg.prefill_dtype, cfg.decode_dtype, model.device)
+    return provenance.run_record(
+        cfg,
+        phase="warmstart",
+        base_model=base,
+        adapters={"adapter": adapter_dir},
+        dtypes={
+            "weights": weights,
+            "update": "bfloat16 autocast" if cfg.bf16 and weights == "float32" else weights,
+            "eval_prefill": evaluation["prefill"],
+            "eval_decode": evaluation["decode"],
+        },
+        seeds={"run_seed": cfg.seed,
+               "tasks": task_seeds.record("warmstart", cfg.seed, cfg.demonstrations)},
+    )  # fmt: skip
 
 
 def demonstration_shortfall(cfg: WarmstartConfig, counts: dict[str, int]) -> str:

@@ -23,14 +23,16 @@ from trace_train.config import GRPORunConfig
 
 
 def config(model: str, out: Path, steps: int) -> GRPORunConfig:
-    # One group of 4 with 2 hinted: rewards differ, so the update is not zero. Greedy decoding
+    # One group of 4 with 2 hinted (importance-weighted, so they train): rewards differ, so
+    # the update is not zero. Greedy decoding
     # and float32 everywhere: the processes play the same tokens a single process would.
     return GRPORunConfig(
         model=model, output_dir=str(out / "run"), group_size=4, groups_per_step=1, steps=steps,
         micro_batch_size=1, max_turns=4, max_new_tokens=96, max_completion_tokens=1024,
         temperature=0.0, prefill_dtype="float32", decode_dtype="float32",
         learning_rate=1e-2, lora_rank=4, lora_alpha=8, lora_targets=["q_proj", "v_proj"],
-        hint_ratio=0.5, difficulty=0.0, save_steps=1, seed=0,
+        hint_ratio=0.5, hinted_rollouts="importance_weighted", difficulty=0.0, save_steps=1,
+        seed=0,
     )  # fmt: skip
 
 

@@ -2,7 +2,10 @@
 
 A random model never solves a task, so every reward would be 0 and GRPO would have no signal.
 The hinted rollouts therefore play the oracle's turns (the tests' stand-in for "the hint
-helps"): rewards differ within each group, advantages are non-zero and the LoRA must move.
+helps"): rewards differ within each group, advantages are non-zero and the LoRA must move,
+provided the hinted rollouts train (``hinted_rollouts: importance_weighted``; the oracle, being
+deterministic, reports a behaviour log-probability of 0 for its tokens). Under ``drop`` they
+leave the update, and with it the only signal a random model has.
 Shared by ``test_grpo.py`` and the processes ``test_distributed.py`` launches.
 """
 
@@ -48,7 +51,9 @@ def oracle_on_hinted_rows(tokenizer_holder: dict):
                 turn = text.count("<|im_start|>assistant") - 1
                 plan = oracle_cache[key]
                 reply = plan[turn] if turn < len(plan) else "Done."
-                outs[i] = (tokenizer(reply, add_special_tokens=False)["input_ids"] + [end], None)
+                ids = tokenizer(reply, add_special_tokens=False)["input_ids"] + [end]
+                # the oracle is deterministic: its behaviour probability of each token is 1
+                outs[i] = (ids, [0.0] * len(ids) if kw.get("with_logprobs") else None)
             tokenizer_holder.setdefault("generated", []).extend(tuple(o[0]) for o in outs)
             return outs
 

@@ -53,7 +53,7 @@ def trained(env_tiny, tmp_path_factory):
         model=env_tiny, output_dir=str(out), group_size=4, groups_per_step=1, steps=2,
         max_turns=4, max_new_tokens=96, max_completion_tokens=1024, learning_rate=1e-2,
         lora_rank=4, lora_alpha=8, lora_targets=["q_proj", "v_proj"], hint_ratio=0.5,
-        difficulty=0.0, save_steps=10, seed=0,
+        hinted_rollouts="importance_weighted", difficulty=0.0, save_steps=10, seed=0,
     )  # fmt: skip
     recorder = Recorder()
     result = train_with_oracle_hints(cfg, [recorder], loss_inputs, generated)
@@ -230,6 +230,7 @@ def test_one_rollout_per_pass_is_the_same_update_as_one_group(env_tiny, tmp_path
             steps=1, micro_batch_size=micro, max_turns=4, max_new_tokens=96,
             max_completion_tokens=1024, learning_rate=1e-2, lora_rank=4, lora_alpha=8,
             lora_targets=["q_proj", "v_proj"], hint_ratio=0.5, difficulty=0.0, seed=0,
+            hinted_rollouts="importance_weighted",  # the hinted oracle turns are the signal
         )  # fmt: skip
         args = grpo.trl_config(cfg, tmp_path / name)
         passes = (args.per_device_train_batch_size, args.gradient_accumulation_steps)

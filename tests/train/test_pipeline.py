@@ -170,6 +170,21 @@ def test_rediagnosis_tabulates_lacking_rates_before_and_after(finished_run):
     assert any(line.startswith("rediagnose: ") for line in finished_run["log"])
 
 
+def test_provenance_names_every_adapter_with_its_hash_seeds_and_dtypes(finished_run):
+    from trace_train.provenance import sha256_file
+
+    record = json.loads((finished_run["dir"] / "provenance.json").read_text())
+    assert record["config"]["target"] == "trace/service-desk-v0"
+    assert len(record["base_model"]["sha256"]) == 64 and "dirty" in record["git"]
+    phases = record["phases"]
+    assert "plain-grpo" in phases and any(name.startswith("train:") for name in phases)
+    for phase in phases.values():
+        weights = Path(phase["adapter"]) / "adapter_model.safetensors"
+        assert phase["sha256"] == sha256_file(weights)
+        assert phase["seeds"]["tasks"]["phase"] == "grpo" and phase["dtypes"]["weights"]
+    assert record["machine"]["cpu"]["logical_cores"] >= 1
+
+
 def test_adapter_and_compositions_are_loadable_folders(finished_run):
     run_dir = finished_run["dir"]
     (adapter_dir,) = list((run_dir / "train").glob("*/adapter"))

@@ -163,3 +163,30 @@ def test_demonstrations_lost_to_the_turn_or_length_limit_are_counted_and_said(
     said = demonstration_shortfall(cfg, {**counts, "used": len(kept)})
     assert f"learning from {3 - dropped} of 3" in said
     assert f"{dropped} of them before the first (dropped)" in said
+
+
+def test_every_checkpoint_is_kept_and_the_record_hashes_the_adapter(tmp_path, tmp_path_factory):
+    """A later run (GRPO from the warm start, a rebuild of a reported number) may start from
+    any checkpoint: none is rotated away, and the final adapter lives outside the rotation."""
+    from trace_train.provenance import sha256_file
+
+    cfg = WarmstartConfig(
+        model=build_env_tiny(tmp_path_factory.getbasetemp()), output_dir=str(tmp_path),
+        demonstrations=4, epochs=1, batch_size=1, save_steps=1, eval_episodes=0, max_turns=6,
+        max_new_tokens=8, max_completion_tokens=200, seed=3,
+    )  # fmt: skip
+    assert cfg.save_total_limit is None
+    result = train(cfg)
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("checkpoint-*"))
+    assert kept == [f"checkpoint-{i}" for i in range(1, 5)]  # the default limit was 2
+    weights = result.adapter_dir / "adapter_model.safetensors"
+    assert result.adapter_dir == tmp_path / "adapter" and weights.is_file()
+    record = json.loads((result.adapter_dir / "trace_train.json").read_text())["provenance"]
+    assert record["phase"] == "warmstart"
+    assert record["adapters"]["adapter"]["sha256"] == sha256_file(weights)
+    assert record["base_model"]["sha256"] and record["config"]["demonstrations"] == 4
+    tasks = record["seeds"]["tasks"]
+    assert (tasks["phase"], tasks["first"], tasks["last"]) == ("warmstart", 3_000_000, 3_000_003)
+    assert record["dtypes"]["weights"] == "float32" and record["dtypes"]["update"] == "float32"
+    assert {"model_name", "flags", "logical_cores"} <= set(record["machine"]["cpu"])
+    assert "dirty" in record["git"]

@@ -4,6 +4,7 @@ what finished, when, and what it produced (a rerun reads it to resume).
 Layout::
 
     config.yaml  stages.json  report.html  report.json
+    provenance.json      commit, config, base and adapter hashes, seeds and dtypes per phase
     base_model/          the warm-started base (merged), when warm start is on
     warmstart/           the warm start's own run (adapter/, training_log.jsonl)
     rollout-base/        episodes.jsonl, summary.json: the diagnosed agent on the target

@@ -512,12 +512,54 @@ def _pct(rates: dict[str, Any] | None) -> str:
 # report
 # ---------------------------------------------------------------------------------------------
 def stage_report(run: Run, say: Say) -> dict[str, Any]:
-    """``report.html`` and ``report.json`` in the run folder (``pipeline.report``)."""
+    """``report.html`` and ``report.json`` in the run folder (``pipeline.report``), and
+    ``provenance.json`` (:func:`write_provenance`)."""
     from trace_train.pipeline.report import write_run_report
 
+    record = write_provenance(run)
     paths = write_run_report(run)
     say(f"report: {paths['html']}")
-    return {k: str(v) for k, v in paths.items()}
+    return {**{k: str(v) for k, v in paths.items()}, "provenance": str(record)}
+
+
+def write_provenance(run: Run) -> Path:
+    """``provenance.json``: what the run's results were made from. The code's commit, the full
+    config, the base model's hash (as given, and after the warm start), every adapter's hash
+    (warm start, each capability, plain GRPO), and per training phase its seeds (the task seeds
+    each drew, disjoint by ``trace_train.task_seeds``) and precision, from each phase's
+    ``trace_train.json``; the machine."""
+    from trace_train import provenance
+
+    phases: dict[str, dict[str, Any]] = {}
+    warm = run.output("warmstart").get("adapter")
+    if warm:
+        phases["warmstart"] = {"adapter": warm}
+    for cap, info in run.output("train").get("adapters", {}).items():
+        phases[f"train:{cap}"] = {"adapter": info["adapter"]}
+    plain = run.output("train").get("plain_grpo")
+    if plain:
+        phases[PLAIN_GRPO] = {"adapter": plain["adapter"]}
+    for entry in phases.values():
+        meta_path = Path(entry["adapter"]) / "trace_train.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        recorded = meta.get("provenance", {})
+        entry.update(
+            sha256=provenance.adapter_hash(entry["adapter"])["sha256"],
+            seeds=recorded.get("seeds"),
+            dtypes=recorded.get("dtypes"),
+            commit=recorded.get("git", {}).get("commit"),
+        )
+    record = {
+        "git": provenance.git_state(),
+        "config": run.config.as_dict(),
+        "base_model": provenance.model_hash(resolve_model(run.config.model)),
+        "warm_started_base": provenance.model_hash(run.base_model) if warm else None,
+        "phases": phases,
+        "machine": provenance.machine(),
+    }
+    path = run.path("provenance.json")
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
 
 
 @dataclass(frozen=True)
