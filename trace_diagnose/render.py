@@ -337,7 +337,11 @@ def _context(traj: Trajectory, cfg: RenderConfig) -> tuple[str, dict[str, Any]]:
     if traj.task.policy:
         policy, cuts = _policy(traj, cfg)
         lines.append("Policy the agent must follow:\n" + policy)
-    return "\n".join(lines), cuts
+    # Every context line is indented: the policy and tool names are raw text from the
+    # dataset, and indented they cannot start a line of their own (a boundary line, a step
+    # record, a "## Capabilities" heading) that a reader would take for the structure.
+    body = "\n".join(lines[1:]).split("\n")
+    return "\n".join([lines[0], *("  " + line if line else line for line in body)]), cuts
 
 
 # -- step selection ---------------------------------------------------------------------
