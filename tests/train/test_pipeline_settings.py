@@ -117,9 +117,20 @@ def recorded(monkeypatch):
 
     rec = Recorder()
 
+    def saved_adapter(output_dir: str) -> Path:
+        # provenance.json hashes every adapter a run made: the fakes leave a weights file
+        adapter = Path(output_dir) / "adapter"
+        adapter.mkdir(parents=True, exist_ok=True)
+        (adapter / "adapter_model.safetensors").write_bytes(output_dir.encode())
+        return adapter
+
     def warmstart(cfg):
         rec.add("warmstart", cfg)
-        return SimpleNamespace(adapter_dir=Path(cfg.output_dir) / "adapter")
+        return SimpleNamespace(adapter_dir=saved_adapter(cfg.output_dir))
+
+    def grpo(cfg):
+        rec.add("grpo", cfg)
+        saved_adapter(cfg.output_dir)
 
     def evaluate(cfg, label=None):
         rec.add("eval", SimpleNamespace(cfg=cfg, label=label))
@@ -164,7 +175,7 @@ def recorded(monkeypatch):
         "litellm_completion",
         lambda model, api_base=None: rec.add("completion", (model, api_base)),
     )
-    monkeypatch.setattr(trace_train.grpo, "train", lambda cfg: rec.add("grpo", cfg))
+    monkeypatch.setattr(trace_train.grpo, "train", grpo)
     monkeypatch.setattr(compositions, "build_routed", build_routed)
     monkeypatch.setattr(compositions, "routing_check", routing_check)
     monkeypatch.setattr(compositions, "build_moe", build_moe)
