@@ -67,6 +67,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def settings_of(args: argparse.Namespace) -> dict:
+    """The arguments that shape the result; where it is written is not one of them (and an
+    absolute path would not hold on another checkout)."""
+    return {k: v for k, v in vars(args).items() if k != "out"}
+
+
 def corpus(n: int = 24) -> list[str]:
     """Text of the environment (prompts with and without the hint, oracle turns, replies)."""
     import gymnasium as gym
@@ -247,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict:
         "command": "python "
         + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),  # fmt: skip
         "env_id": ENV_ID,
-        "settings": {**vars(args), **ROLLOUT, "lora_targets": TARGETS},
+        "settings": {**settings_of(args), **ROLLOUT, "lora_targets": TARGETS},
         "model": "tiny random Qwen2 (trace_train.tiny), tokenizer trained on the env's text",
         "warmstart_adapter_sha256": provenance.adapter_hash(adapter)["sha256"],
         "base_model": provenance.model_hash(model),
