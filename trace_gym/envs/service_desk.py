@@ -125,7 +125,10 @@ class ServiceDeskConfig(SpecConfig):
     """Generator settings; :meth:`knobs` maps difficulty to them."""
 
     max_requests: int = knob(
-        3, low=1, high=MAX_REQUESTS, doc="requests per task: uniform in 1..max_requests"
+        3, low=1, high=MAX_REQUESTS, doc="requests per task: uniform in min..max_requests"
+    )
+    min_requests: int = knob(
+        1, low=1, high=MAX_REQUESTS, doc="fewest requests per task (at most max_requests)"
     )
     together_probability: float = knob(
         0.25, low=0.0, high=1.0, doc="the opening message raises every request at once"
@@ -134,11 +137,20 @@ class ServiceDeskConfig(SpecConfig):
     member_difficulty: float = knob(
         0.5, low=0.0, high=1.0, doc="difficulty each request is generated at"
     )
+    member_config: tuple[tuple[str, str, Any], ...] = knob(
+        (),
+        doc="(capability, field, value) overrides of a member's config at member_difficulty",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.min_requests > self.max_requests:
+            raise ConfigError(
+                f"min_requests={self.min_requests} exceeds max_requests={self.max_requests}"
+            )
         known = {m.capability for m in members()}
-        unknown = sorted(set(self.capabilities) - known)
+        named = set(self.capabilities) | {cap for cap, _, _ in self.member_config}
+        unknown = sorted(named - known)
         if unknown:
             raise ConfigError(f"capabilities {unknown} are not installed; pool: {sorted(known)}")
 
@@ -170,13 +182,18 @@ def generate_task(rng: StableRNG, cfg: ServiceDeskConfig) -> ServiceDeskTask:
     pool = [m for m in members() if not cfg.capabilities or m.capability in cfg.capabilities]
     if not pool:
         raise ConfigError("the service desk has no capability environments installed")
-    n = rng.integer(1, min(cfg.max_requests, len(pool)))
+    most = min(cfg.max_requests, len(pool))
+    if cfg.min_requests > most:
+        raise ConfigError(
+            f"min_requests={cfg.min_requests} but the pool has {len(pool)} capabilities"
+        )
+    n = rng.integer(cfg.min_requests, most)
     chosen = rng.sample(pool, n)
     together = n > 1 and rng.bernoulli(cfg.together_probability)
     world = World(draw_now(rng))
     subtasks = [
         m.generate_into(  # type: ignore[misc]  (members are composable)
-            world, rng.child(m.capability), m.config.from_difficulty(cfg.member_difficulty, {})
+            world, rng.child(m.capability), member_config(m, cfg)
         )
         for m in chosen
     ]
@@ -188,6 +205,13 @@ def generate_task(rng: StableRNG, cfg: ServiceDeskConfig) -> ServiceDeskTask:
         owned=owned,
         world=world.to_dict(),  # the generator's world is ours alone: no copy needed
     )
+
+
+def member_config(member: CapabilitySpec, cfg: ServiceDeskConfig) -> Any:
+    """The member's config at ``cfg.member_difficulty``, with its ``cfg.member_config``
+    overrides."""
+    overrides = {name: value for cap, name, value in cfg.member_config if cap == member.capability}
+    return member.config.from_difficulty(cfg.member_difficulty, overrides)
 
 
 def _member_of(capability: str) -> CapabilitySpec:
