@@ -248,7 +248,11 @@ def trl_config(cfg: GRPORunConfig, out: Path, stop_ids: list[int] | None = None)
         loss_type=cfg.loss_type,
         scale_rewards=cfg.scale_rewards,
         max_grad_norm=cfg.max_grad_norm,
-        temperature=max(cfg.temperature, 1e-3),
+        # The loss scores tokens under the policy they were drawn from. Greedy play
+        # (temperature 0) is scored, like its recorded behaviour log-probabilities, under
+        # the untempered policy: a near-zero temperature (logits x 1000) saturates the
+        # softmax, so every argmax token's gradient is exactly 0 and every other's explodes.
+        temperature=cfg.temperature if cfg.temperature > 0 else 1.0,
         top_p=cfg.top_p,
         shuffle_dataset=False,  # keep the curriculum order; resume skips finished batches
         seed=cfg.seed,
