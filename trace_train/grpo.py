@@ -518,10 +518,10 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
         )
 
     # -- 6. train (resuming restores adapter, optimizer, scheduler, RNG and data position) ------
-    started = time.time()
+    started, cpu_started = time.time(), time.process_time()
     with quiet():  # the trainer's step progress bar stays
         trainer.train(resume_from_checkpoint=resume_from)
-    seconds = time.time() - started
+    seconds, cpu_seconds = time.time() - started, time.process_time() - cpu_started
 
     # -- 7. save the adapter, the held-out result and the run metadata --------------------------
     adapter_dir = out / "adapter"
@@ -534,6 +534,7 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
             "event": "train_end",
             "step": trainer.state.global_step,
             "seconds": round(seconds, 2),
+            "cpu_seconds": round(cpu_seconds, 2),  # this process, all its threads
         }
         end["seconds_per_step"] = round(seconds / max(1, steps_run), 3)
         if cfg.eval_episodes:
