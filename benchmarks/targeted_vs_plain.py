@@ -36,6 +36,7 @@ into a win, a loss or a null; the result records the plan's hash and the commit 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -228,13 +229,23 @@ def summarize(config: PipelineConfig, command: str) -> dict:
 
 
 def load_plan(path: Path, replicate: str | None) -> tuple[dict, dict]:
-    """A pre-registration and one of its replicates, checked for what the verdict needs."""
+    """A pre-registration and one of its replicates, checked for what the verdict needs and
+    against the config file it registered (``config_sha256``)."""
     import yaml
 
     plan = yaml.safe_load(path.read_text())
     missing = [k for k in ("config", "settings", "primary", "replicates") if k not in plan]
     if missing:
         raise SystemExit(f"--plan {path}: missing {', '.join(missing)}")
+    config = Path(__file__).parents[1] / plan["config"]
+    if (
+        plan.get("config_sha256")
+        and hashlib.sha256(config.read_bytes()).hexdigest() != plan["config_sha256"]
+    ):
+        raise SystemExit(
+            f"--plan {path}: {plan['config']} changed since the plan was registered "
+            "(its sha256 differs); run the registered config, or register a new plan"
+        )
     replicates = {r["name"]: r for r in plan["replicates"]}
     if replicate not in replicates:
         raise SystemExit(f"--plan {path}: give --replicate, one of {sorted(replicates)}")
@@ -244,7 +255,6 @@ def load_plan(path: Path, replicate: str | None) -> tuple[dict, dict]:
 def plan_registration(path: Path) -> dict:
     """The commit that added the plan to the repository, and when: the plan predates every
     result only if this commit comes before the results' (a reader checks it with git log)."""
-    import hashlib
     import subprocess
 
     git = ["git", "log", "--diff-filter=A", "--format=%H %cI", "--", str(path)]

@@ -306,6 +306,12 @@ def test_a_preregistration_names_its_replicates_and_its_commit(tmp_path):
     with pytest.raises(SystemExit, match=r"give --replicate, one of \['seed0'\]"):
         bench.load_plan(plan, "seed1")
     assert bench.load_plan(plan, "seed0")[1]["run_dir"] == "r"
+    registered = "trace_train/configs/demo_cpu.yaml"
+    plan.write_text(
+        plan.read_text().replace("config: c.yaml", f"config: {registered}\nconfig_sha256: beef")
+    )
+    with pytest.raises(SystemExit, match="demo_cpu.yaml changed since the plan was registered"):
+        bench.load_plan(plan, "seed0")
     # outside the repository's history: not pre-registered, and the record says so
     assert bench.plan_registration(plan)["added_in_commit"] is None
 
