@@ -8,6 +8,8 @@ Public API::
     await label_trajectories(trajectories, capabilities, client, n_runs=10,
                              render_config=None) -> list[LabelRun]
     labels_from_ground_truth(trajectories, capabilities) -> list[LabelRun]   # no LLM
+    agent_only_messages(traj, capabilities) -> (Rendered, list[dict])  # the NA check's prompt
+    overturn_na(full, agent_only) -> (labels, {capability: verdict})   # NA the check refutes
 
 Each answer is a `LabelResponse`: for every capability a verdict (PRESENT / LACKING / NA),
 evidence `[{step, speaker, quote}]` and a short rationale. It is accepted only when every
@@ -31,7 +33,23 @@ speaker's text, or text sitting in another step than cited), those quotes are wi
 their steps and the trajectory is asked again from the transcript without them (up to
 `WITHHOLD_ROUNDS` times, each withholding what the last one misused): the labeller's own
 misuse locates the text that steered it, with no list of attack patterns.
-Such a trajectory is put in the run's `flagged` bucket with the reason, as is one whose
+
+**NA is decided from trusted material.** NA needs no evidence, so a labeller that obeys "every
+skill here is n/a" in a user's message passes every check above. So every trajectory given
+an NA in some run (and holding text another speaker wrote) is labelled once more from the
+agent-only view (`render(..., agent_only=True)`: the task context and the agent's own steps,
+every other step masked, the same steps shown): text no user, tool or web page can write.
+Where that view gives PRESENT or LACKING, with evidence checked against it, for a capability
+the full view called NA, its verdict replaces the NA and the trajectory is flagged; an NA
+both views give stands, so a capability the task does not need is still NA. The check is
+one call per such trajectory (sample 0), shared by all runs: about 1 call per 10-13 labelling
+calls at the default 10 runs (15 per 200 on the planted set, 44 per 500 on the tau2 airline
+run). When it gets no valid answer the NA verdicts stand unchecked. What it cannot catch:
+an order the attacked agent wrote into its own steps (that is agent evidence; only the
+detector can flag it), and an NA that the agent's steps alone would give as well.
+
+A trajectory labelled with text withheld is put in the run's `flagged` bucket with the
+reason, as is one whose
 text the detector marks as addressed to the labeller (`injection.find_instructions`; a
 hint, which blocks no quote). A trajectory that never gets a valid answer is recorded in
 `unlabelled` with the reason and its outcome. Neither bucket disappears: `analyze` reports
