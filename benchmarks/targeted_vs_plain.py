@@ -19,6 +19,15 @@ against plain GRPO, the rollouts each used, seconds per stage, the command) and
 ``targeted_vs_plain.png`` (held-out success against the rollout budget). The run folder
 resumes, so an interrupted benchmark picks up where it stopped.
 
+The record also keeps every policy's outcome on each test task (``per_task``, one task order)
+and what each arm spent besides its rollouts (``arm_costs``: tokens, seconds, CPU seconds).
+
+A pre-registered comparison runs from its plan, which fixes the config, the settings, the run
+folder and the result path of each replicate, and the rule that turns the primary comparison
+into a win, a loss or a null; the result records the plan's hash and the commit that added it:
+
+    python benchmarks/targeted_vs_plain.py --plan benchmarks/preregistration/PLAN.yaml --replicate NAME
+
     OMP_NUM_THREADS=2 python benchmarks/targeted_vs_plain.py   # ~2 h on 2 cores: warm start
                                                                # 36 min, GRPO 54, evaluation 21
     python benchmarks/targeted_vs_plain.py --set grpo.steps=... --set evaluate.episodes=200
@@ -27,6 +36,7 @@ resumes, so an interrupted benchmark picks up where it stopped.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -53,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="override a config field, as in `trace run --set`")  # fmt: skip
     ap.add_argument("--out", default=str(RESULTS / "targeted_vs_plain"),
                     help="result path without suffix (.json and .png are written)")  # fmt: skip
+    ap.add_argument("--plan", help="a pre-registration (YAML): its config, settings, run folder "
+                    "and result path replace the options above, and its rule gives the verdict")  # fmt: skip
+    ap.add_argument("--replicate", help="which of the plan's replicates to run (its name)")
     return ap.parse_args(argv)
 
 
@@ -81,8 +94,10 @@ def comparison(run_dir: Path, first: str, then: str) -> dict | None:
 
 
 def training_signal(folder: Path) -> dict:
-    """How much of a GRPO run's budget carried a gradient: groups whose rewards differed
-    (a group where every rollout scores the same has zero advantage and teaches nothing)."""
+    """How much of a GRPO run's budget carried a gradient (groups whose rewards differed: a
+    group where every rollout scores the same has zero advantage and teaches nothing), and
+    what the run spent: tokens the model wrote and the environment returned, seconds and CPU
+    seconds of training."""
     import yaml
 
     group_size = yaml.safe_load((folder / "config.yaml").read_text())["group_size"]
@@ -91,10 +106,44 @@ def training_signal(folder: Path) -> dict:
     groups = sum(x["rollouts/step"] // group_size for x in steps)
     informative = sum(round(x["group/informative_share"] * x["rollouts/step"] / group_size) for x in steps)  # fmt: skip
     rewards = [x["reward/mean"] for x in steps]
+    end = next((x for x in reversed(lines) if x.get("event") == "train_end"), {})
     return {
         "groups": groups,
         "informative_groups": informative,
         "mean_train_reward": round(sum(rewards) / len(rewards), 4) if rewards else None,
+        "tokens_model": sum(x.get("tokens/model", 0) for x in steps),
+        "tokens_env": sum(x.get("tokens/env", 0) for x in steps),
+        "train_seconds": end.get("seconds"),
+        "train_cpu_seconds": end.get("cpu_seconds"),
+    }
+
+
+COST_KEYS = ("rollouts", "tokens_model", "tokens_env", "train_seconds", "train_cpu_seconds")
+
+
+def per_task_outcomes(run_dir: Path, policies: list[str]) -> dict:
+    """Every policy's held-out outcome per task, in one task order (the base's evaluation
+    order), keyed by policy name: what a reader needs to recompute any paired statistic."""
+    from trace_train.pipeline.report import _outcomes
+
+    played = {
+        name: _outcomes(run_dir / "evaluate" / name.replace(":", "__") / "episodes.jsonl")
+        for name in policies
+    }
+    first = next((o for o in played.values() if o), None)
+    if first is None:
+        return {"task_ids": [], "outcomes": {}}
+    order = list(first)
+    for name, outcomes in played.items():
+        if outcomes is not None and outcomes.keys() != first.keys():
+            raise SystemExit(f"{name} was evaluated on other tasks than {policies[0]}: no pairing")
+    return {
+        "task_ids": order,
+        "outcomes": {
+            name: [int(outcomes[t]) for t in order]
+            for name, outcomes in played.items()
+            if outcomes is not None
+        },
     }
 
 
@@ -139,6 +188,17 @@ def summarize(config: PipelineConfig, command: str) -> dict:
             }
         )
     stages = report["stages"]
+    adapters = [
+        {
+            **{k: a.get(k) for k in ("capability", "env_id", "steps", "rollouts", "seconds")},
+            **training_signal(run_dir / Path(a["log"]).parent),
+        }
+        for a in report["adapters"]
+    ]
+    plain_run = {
+        **{k: plain.get(k) for k in ("env_id", "steps", "rollouts", "seconds")},
+        **(training_signal(run_dir / Path(plain["log"]).parent) if plain else {}),
+    }
     return {
         "target": report["target"],
         "difficulty": config.difficulty,
@@ -146,23 +206,88 @@ def summarize(config: PipelineConfig, command: str) -> dict:
         "heldout": f"{report['eval_split']} split of the target, same tasks for every policy, greedy",
         "diagnosed_agent": report["base_policy"],
         "selected_capabilities": report["core"],
-        "adapters": [
-            {
-                **{k: a.get(k) for k in ("capability", "env_id", "steps", "rollouts", "seconds")},
-                **training_signal(run_dir / Path(a["log"]).parent),
-            }
-            for a in report["adapters"]
-        ],
-        "plain_grpo": {
-            **{k: plain.get(k) for k in ("env_id", "steps", "rollouts", "seconds")},
-            **(training_signal(run_dir / Path(plain["log"]).parent) if plain else {}),
-        },
+        "adapters": adapters,
+        "plain_grpo": plain_run,
         "trace_rollouts": trace_rollouts,
+        # equal rollouts, as the paper reports; beside it what each arm spent in tokens and
+        # CPU seconds (TRACE's composition also trains a router: its stage is counted apart)
+        "arm_costs": {
+            "trace": {
+                **{k: sum(a.get(k) or 0 for a in adapters) for k in COST_KEYS},
+                "compose_cpu_seconds": stages.get("compose", {}).get("cpu_seconds"),
+            },
+            "plain-grpo": {k: plain_run.get(k) for k in COST_KEYS},
+        },
         "policies": policies,
+        # per policy, its outcome on each test task, in the order of task_ids
+        "per_task": per_task_outcomes(run_dir, [p["name"] for p in policies]),
         "stage_seconds": {name: s.get("seconds") for name, s in stages.items()},
+        "stage_cpu_seconds": {name: s.get("cpu_seconds") for name, s in stages.items()},
         "wall_seconds": round(sum(s.get("seconds") or 0 for s in stages.values()), 1),
         "command": command,
     }
+
+
+def load_plan(path: Path, replicate: str | None) -> tuple[dict, dict]:
+    """A pre-registration and one of its replicates, checked for what the verdict needs and
+    against the config file it registered (``config_sha256``)."""
+    import yaml
+
+    plan = yaml.safe_load(path.read_text())
+    missing = [k for k in ("config", "settings", "primary", "replicates") if k not in plan]
+    if missing:
+        raise SystemExit(f"--plan {path}: missing {', '.join(missing)}")
+    config = Path(__file__).parents[1] / plan["config"]
+    if (
+        plan.get("config_sha256")
+        and hashlib.sha256(config.read_bytes()).hexdigest() != plan["config_sha256"]
+    ):
+        raise SystemExit(
+            f"--plan {path}: {plan['config']} changed since the plan was registered "
+            "(its sha256 differs); run the registered config, or register a new plan"
+        )
+    replicates = {r["name"]: r for r in plan["replicates"]}
+    if replicate not in replicates:
+        raise SystemExit(f"--plan {path}: give --replicate, one of {sorted(replicates)}")
+    return plan, replicates[replicate]
+
+
+def plan_registration(path: Path) -> dict:
+    """The commit that added the plan to the repository, and when: the plan predates every
+    result only if this commit comes before the results' (a reader checks it with git log)."""
+    import subprocess
+
+    git = ["git", "log", "--diff-filter=A", "--format=%H %cI", "--", str(path)]
+    found = subprocess.run(git, capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    commit, _, when = (found.stdout.strip().splitlines() or [""])[-1].partition(" ")
+    return {
+        "path": str(path),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "added_in_commit": commit or None,  # None: the plan is not committed (not pre-registered)
+        "added_at": when or None,
+    }
+
+
+def preregistered_verdict(plan: dict, record: dict, run_dir: Path) -> dict:
+    """The plan's primary comparison and its rule: a win when the paired 95 % interval of
+    ``policy`` minus ``against`` lies above 0 and the exact McNemar p is under ``alpha``, a
+    loss when it lies below 0 with the same p, a null otherwise; invalid when either GRPO arm
+    had no informative group (then both policies are the warm-started model and nothing was
+    compared)."""
+    primary = plan["primary"]
+    policy, against = primary["policy"], primary["against"]
+    alpha = float(primary.get("alpha", 0.05))
+    for arm in (*record["adapters"], record["plain_grpo"]):
+        if not arm.get("informative_groups"):
+            name = arm.get("capability") or "plain GRPO"
+            return {"verdict": "invalid", "why": f"{name}: no informative GRPO group"}
+    result = comparison(run_dir, against.replace(":", "__"), policy.replace(":", "__"))
+    if result is None:
+        return {"verdict": "invalid", "why": f"{policy} or {against} was not evaluated"}
+    lo, hi = result["ci95_paired_newcombe"]
+    significant = result["mcnemar_exact_p"] < alpha
+    verdict = "win" if lo > 0 and significant else "loss" if hi < 0 and significant else "null"
+    return {"verdict": verdict, "policy": policy, "against": against, "alpha": alpha, **result}
 
 
 def plot(record: dict, path: Path) -> None:
@@ -200,6 +325,15 @@ def main(argv: list[str] | None = None) -> dict:
     from trace_train.pipeline.cli import _overrides
 
     overrides = _overrides(args.set)
+    plan = replicate = None
+    if args.plan:
+        # the plan fixes everything; a --set on top is a deviation, recorded as one
+        plan, replicate = load_plan(Path(args.plan), args.replicate)
+        deviations, overrides = overrides, {}
+        overrides.update({**plan["settings"], **replicate.get("settings", {})})
+        overrides.update(deviations)
+        overrides["run_dir"] = replicate["run_dir"]
+        args.config, args.out = plan["config"], replicate["out"]
     if args.run_dir:
         overrides["run_dir"] = args.run_dir
     config = PipelineConfig.load(args.config, overrides)
@@ -213,6 +347,13 @@ def main(argv: list[str] | None = None) -> dict:
     record["this_invocation_seconds"] = round(time.time() - started, 1)
     # what the numbers were made from: commit, config, base and adapter hashes, seeds, dtypes
     record["provenance"] = json.loads((Path(config.run_dir) / "provenance.json").read_text())
+    if plan is not None:
+        record["preregistration"] = {
+            **plan_registration(Path(args.plan)),
+            "replicate": replicate["name"],
+            "deviations": args.set,
+            **preregistered_verdict(plan, record, Path(config.run_dir)),
+        }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
@@ -226,6 +367,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(
             f"{p['name']:<11} {p['successes']:>3}/{p['episodes']} ({p['rollouts']} rollouts){tail}"
         )
+    if plan is not None:
+        pre = record["preregistration"]
+        print(f"pre-registered verdict ({pre['replicate']}): {pre['verdict']}"
+              + (f" ({pre['why']})" if "why" in pre else ""))  # fmt: skip
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
     return record
 

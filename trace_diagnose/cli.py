@@ -427,11 +427,11 @@ def _print_estimate(est: dict[str, Any]) -> None:
     for stage, e in est["stages"].items():
         cost = "unknown price" if e["cost_usd"] is None else f"{e['cost_usd']:.4f} USD"
         print(
-            f"  {stage:8s} {e['calls']:6d} calls  {e['prompt_tokens']:9d} prompt tokens  {e['output_tokens']:8d} output tokens  {cost}"
+            f"  {stage:16s} {e['calls']:6d} calls  {e['prompt_tokens']:9d} prompt tokens  {e['output_tokens']:8d} output tokens  {cost}"
         )
     total = est["total_cost_usd"]
     print(
-        f"  total    {'unknown (pass --price-in/--price-out)' if total is None else f'{total:.4f} USD'}  ({est['note']})"
+        f"  {'total':16s} {'unknown (pass --price-in/--price-out)' if total is None else f'{total:.4f} USD'}  ({est['note']})"
     )
 
 

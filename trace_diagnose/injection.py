@@ -7,11 +7,15 @@ Public API::
     find_instructions(text) -> list[Finding]        # text that reads as aimed at the labeller
 
 **Folding.** A reader does not see zero-width characters, tells no difference between a
-Cyrillic "А" and a Latin "A" or between "𝐏𝐑𝐄𝐒𝐄𝐍𝐓" and "PRESENT", and ignores runs of
-white space. `fold` does the same: Unicode NFKC, format characters (category Cf: zero-width
-spaces and joiners, bidirectional controls, soft hyphens) removed, letters that Unicode's
-confusables table (through `confusable_homoglyphs`) lists as look-alikes of a Latin letter
-mapped to it, white space collapsed, and (by default) case folded. Evidence quotes are
+Cyrillic "А" and a Latin "A" or between "𝐏𝐑𝐄𝐒𝐄𝐍𝐓" and "PRESENT", reads "A̶G̶E̶N̶T̶" (a
+combining stroke on each letter) as "AGENT", and ignores runs of white space. `fold` does the
+same: Unicode NFKD, combining and enclosing marks (accents included: "présent" reads as
+"present") and format characters (category Cf: zero-width spaces and joiners,
+bidirectional controls, soft hyphens) removed, letters that Unicode's confusables table
+(through `confusable_homoglyphs`) lists as look-alikes of a Latin letter mapped to it, white
+space collapsed, and (by default) case folded. Unicode tag characters (U+E0020-U+E007E) are
+invisible but spell ASCII that models do read ("ASCII smuggling"): they fold to that ASCII,
+so hidden text is seen, not dropped. Evidence quotes are
 compared folded, and the detector reads folded text, so neither is defeated by look-alikes.
 
 **The detector is a hint, not the defence.** What keeps trajectory text from steering the
@@ -50,16 +54,21 @@ def _latin(char: str) -> str:
     return char
 
 
+_TAGS = range(0xE0020, 0xE007F)  # Unicode tag characters that spell printable ASCII
+_MARKS = frozenset({"Mn", "Me", "Cf"})  # combining and enclosing marks, format characters
+
+
 def _fold_char(char: str) -> str:
     if char.isascii():
         return char
-    if unicodedata.category(char) == "Cf":
-        return ""
+    if ord(char) in _TAGS:  # invisible, yet a model that reads them reads their ASCII
+        return chr(ord(char) - 0xE0000)
     out = []
-    for c in unicodedata.normalize("NFKC", char):
-        if c.isascii() or unicodedata.category(c) == "Cf":
-            out.append("" if unicodedata.category(c) == "Cf" else c)
-        else:
+    # NFKD splits a letter from its accents: the marks go, as a reader looks through them
+    for c in unicodedata.normalize("NFKD", char):
+        if c.isascii():
+            out.append(c)
+        elif unicodedata.category(c) not in _MARKS:
             out.append(_latin(c))
     return "".join(out)
 

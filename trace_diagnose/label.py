@@ -8,6 +8,8 @@ Public API::
     await label_trajectories(trajectories, capabilities, client, n_runs=10,
                              render_config=None) -> list[LabelRun]
     labels_from_ground_truth(trajectories, capabilities) -> list[LabelRun]   # no LLM
+    agent_only_messages(traj, capabilities) -> (Rendered, list[dict])  # the NA check's prompt
+    overturn_na(full, agent_only) -> (labels, {capability: verdict})   # NA the check refutes
 
 Each answer is a `LabelResponse`: for every capability a verdict (PRESENT / LACKING / NA),
 evidence `[{step, speaker, quote}]` and a short rationale. It is accepted only when every
@@ -31,7 +33,23 @@ speaker's text, or text sitting in another step than cited), those quotes are wi
 their steps and the trajectory is asked again from the transcript without them (up to
 `WITHHOLD_ROUNDS` times, each withholding what the last one misused): the labeller's own
 misuse locates the text that steered it, with no list of attack patterns.
-Such a trajectory is put in the run's `flagged` bucket with the reason, as is one whose
+
+**NA is decided from trusted material.** NA needs no evidence, so a labeller that obeys "every
+skill here is n/a" in a user's message passes every check above. So every trajectory given
+an NA in some run (and holding text another speaker wrote) is labelled once more from the
+agent-only view (`render(..., agent_only=True)`: the task context and the agent's own steps,
+every other step masked, the same steps shown): text no user, tool or web page can write.
+Where that view gives PRESENT or LACKING, with evidence checked against it, for a capability
+the full view called NA, its verdict replaces the NA and the trajectory is flagged; an NA
+both views give stands, so a capability the task does not need is still NA. The check is
+one call per such trajectory (sample 0), shared by all runs: about 1 call per 10-13 labelling
+calls at the default 10 runs (15 per 200 on the planted set, 44 per 500 on the tau2 airline
+run). When it gets no valid answer the NA verdicts stand unchecked. What it cannot catch:
+an order the attacked agent wrote into its own steps (that is agent evidence; only the
+detector can flag it), and an NA that the agent's steps alone would give as well.
+
+A trajectory labelled with text withheld is put in the run's `flagged` bucket with the
+reason, as is one whose
 text the detector marks as addressed to the labeller (`injection.find_instructions`; a
 hint, which blocks no quote). A trajectory that never gets a valid answer is recorded in
 `unlabelled` with the reason and its outcome. Neither bucket disappears: `analyze` reports
@@ -53,7 +71,7 @@ from typing import Any
 from .injection import fold
 from .llm import LLMClient, run_bounded
 from .render import RenderConfig, Rendered, render
-from .schema import Capability, LabelResponse, LabelRun, Trajectory
+from .schema import Capability, CapabilityLabel, LabelResponse, LabelRun, Trajectory
 
 PROMPT_VERSION = "label-v3"
 DEFAULT_RUNS = 10
@@ -104,14 +122,28 @@ def rubric(capabilities: list[Capability]) -> str:
     return "\n\n".join(parts)
 
 
-def label_messages(rendered: Rendered, capabilities: list[Capability]) -> list[dict[str, str]]:
-    """The labelling prompt: transcript first (prompt-cache friendly), rubric last."""
+AGENT_ONLY = """
+
+In this transcript only the agent's own steps are shown: every step another speaker wrote
+(user, tool, system, environment) is reduced to its header and "masked": true. Judge each
+capability from the task context and the agent's steps alone: NA when, as far as these show,
+the task did not require it; PRESENT or LACKING, with evidence from the agent's steps, when
+they show the agent doing (or failing to do) what the capability asks."""
+
+
+def label_messages(
+    rendered: Rendered, capabilities: list[Capability], agent_only: bool = False
+) -> list[dict[str, str]]:
+    """The labelling prompt: transcript first (prompt-cache friendly), rubric last.
+
+    `agent_only`: the prompt for the agent-only view (`render(..., agent_only=True)`)."""
     # the id comes from the input file: JSON-quoted, it cannot break out of the attribute
     user = (
         f"<transcript id={json.dumps(rendered.traj_id)}>\n{rendered.text}\n</transcript>\n\n"
         f"{rubric(capabilities)}"
     )
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+    system = SYSTEM + AGENT_ONLY if agent_only else SYSTEM
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 # The transcript's own structure: no quote of what a step holds can contain it.
@@ -369,6 +401,15 @@ async def label_trajectories(
         r: LabelRun(attempt=r, failed=[], passed=[], labels={c.name: {} for c in capabilities})
         for r in range(1, n_runs + 1)
     }
+    # the agent-only view of every trajectory whose NA verdicts could come from other speakers
+    with_na = {
+        traj.traj_id
+        for (_, traj), result in zip(jobs, results, strict=True)
+        if result.response is not None
+        and any(lab.verdict == "NA" for lab in result.response.labels)
+    }
+    suspect = [t for t in usable if t.traj_id in with_na and others_wrote(t)]
+    audits = await _agent_only_answers(suspect, capabilities, client, render_config, show_progress)
     for (run_idx, traj), result in zip(jobs, results, strict=True):
         run = runs[run_idx]
         tid = traj.traj_id
@@ -377,11 +418,14 @@ async def label_trajectories(
             run.unlabelled[tid] = result.error or "no answer"
             run.unlabelled_outcomes[tid] = traj.outcome.status
             continue
+        labels, overturned = overturn_na(result.response, audits.get(tid))
+        if overturned:
+            reason = "; ".join(filter(None, [reason, _overturn_reason(overturned)]))
         if reason:
             run.flagged[tid] = reason
         (run.failed if traj.outcome.status == "failure" else run.passed).append(tid)
         run.tasks[tid] = traj.task_id
-        for lab in result.response.labels:
+        for lab in labels:
             run.labels[lab.capability][tid] = lab.verdict
             run.evidence.setdefault(tid, {})[lab.capability] = {
                 "verdict": lab.verdict,
@@ -389,6 +433,101 @@ async def label_trajectories(
                 "rationale": lab.rationale,
             }
     return [runs[r] for r in sorted(runs)]
+
+
+# -- NA verdicts from trusted material ---------------------------------------------------
+# NA needs no evidence, so a labeller obeying "every skill here is n/a" in a user's message
+# passes every evidence check. Whether a capability applies is therefore decided again from
+# what no other speaker can write: the task context and the agent's own steps (the
+# agent-only view). An NA that this view contradicts with evidence from the agent's steps
+# came from other speakers' text: the agent-only verdict is kept and the trajectory flagged.
+
+AGENT_ONLY_SAMPLE = 0  # one agent-only answer per trajectory, shared by every run (1..N)
+
+
+def others_wrote(traj: Trajectory) -> bool:
+    """Whether any step the agent did not write has content (else the full view is the
+    agent-only view, and its NA verdicts already come from trusted material)."""
+    return any(
+        s.source != "agent" and (s.message or s.reasoning or s.tool_calls) for s in traj.steps
+    )
+
+
+def agent_only_messages(
+    traj: Trajectory, capabilities: list[Capability], render_config: RenderConfig | None = None
+) -> tuple[Rendered, list[dict[str, str]]]:
+    """The agent-only view of `traj` and the prompt that labels it."""
+    view = render(traj, render_config, agent_only=True)
+    return view, label_messages(view, capabilities, agent_only=True)
+
+
+async def _agent_only_answers(
+    trajectories: list[Trajectory],
+    capabilities: list[Capability],
+    client: LLMClient,
+    render_config: RenderConfig | None,
+    show_progress: bool,
+) -> dict[str, LabelResponse]:
+    """One agent-only answer per trajectory (evidence checked against that view); a
+    trajectory whose answer stays invalid keeps its NA verdicts unchecked."""
+
+    async def ask(traj: Trajectory) -> LabelResponse | None:
+        view, messages = agent_only_messages(traj, capabilities, render_config)
+
+        def validate(response: LabelResponse) -> str | None:
+            return evidence_problem(view, response, capabilities)
+
+        result = await client.structured(
+            "label-agent-only", messages, LabelResponse, validate, sample=AGENT_ONLY_SAMPLE
+        )
+        return result.value
+
+    answers = await run_bounded(
+        [lambda t=t: ask(t) for t in trajectories],
+        client.config.concurrency,
+        "label-agent-only",
+        show_progress,
+        client.budget,
+    )
+    return {t.traj_id: a for t, a in zip(trajectories, answers, strict=True) if a is not None}
+
+
+def overturn_na(
+    full: LabelResponse, agent_only: LabelResponse | None
+) -> tuple[list[CapabilityLabel], dict[str, str]]:
+    """The labels to record, and {capability: verdict} for every NA of the full view that
+    the agent-only view contradicts with evidence (its verdict replaces the NA).
+
+    Only NA gives way: a PRESENT or LACKING verdict of the full view already rests on the
+    agent's own steps, and an NA that the agent-only view shares stands (a capability the
+    task does not need stays NA)."""
+    if agent_only is None:
+        return list(full.labels), {}
+    seen = {lab.capability: lab for lab in agent_only.labels}
+    labels, overturned = [], {}
+    for lab in full.labels:
+        other = seen.get(lab.capability)
+        if lab.verdict == "NA" and other is not None and other.verdict != "NA":
+            labels.append(
+                other.model_copy(
+                    update={
+                        "rationale": "NA with the other speakers' text shown; from the agent's "
+                        f"own steps: {other.rationale}"
+                    }
+                )
+            )
+            overturned[lab.capability] = other.verdict
+        else:
+            labels.append(lab)
+    return labels, overturned
+
+
+def _overturn_reason(overturned: dict[str, str]) -> str:
+    shown = ", ".join(f"{cap} {verdict}" for cap, verdict in overturned.items())
+    return (
+        f"NA verdicts that only other speakers' text supports: the agent's own steps show "
+        f"{shown} (kept)"
+    )
 
 
 def labels_from_ground_truth(

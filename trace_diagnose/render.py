@@ -2,7 +2,7 @@
 
 Public API::
 
-    render(traj, config=RenderConfig(), withhold=None) -> Rendered
+    render(traj, config=RenderConfig(), withhold=None, agent_only=False) -> Rendered
     approx_tokens(text) -> int
     step_records(rendered_text) -> list[dict]   # the step records back, as the labeller got them
 
@@ -49,6 +49,14 @@ cited. What was cut is stated above the steps, so the labeller knows, and in
 `Rendered.flagged` with the reason, for the report. A flag blocks nothing: the defence is
 the structure above. `withhold` replaces given quotes in given steps by a marker (see
 `label`: text a labeller kept citing as evidence it is not).
+
+**The agent-only view.** `agent_only=True` renders the same transcript with every step the
+agent did not write reduced to its header: `{"step": 4, "speaker": "user", "masked": true}`
+(a tool step keeps its tool name, the log's structure, not its text). It shows the same steps
+as the full view (the selection is made on the full records, so a shorter view does not
+bring back steps the full one summarised) and the same task context. It is what
+`label` asks whether a capability applies: from the task as the benchmark wrote it and the
+agent's own steps, which no user, tool or web page can write into.
 
 Only `traj.task` and `traj.steps` are read: reward, success, status and ground truth never
 reach the text (tests check this).
@@ -196,6 +204,15 @@ def _withhold(text: str, quotes: list[str]) -> tuple[str, bool]:
             start = a + len(marker)
             changed = True
     return text, changed
+
+
+def _masked_record(step: Step) -> dict[str, Any]:
+    """A step the agent did not write, in the agent-only view: who and where, no content."""
+    rec: dict[str, Any] = {"step": step.index, "speaker": step.source}
+    if step.tool_name and step.source in ("tool", "environment"):
+        rec["tool"] = step.tool_name
+    rec["masked"] = True
+    return rec
 
 
 def _record(
@@ -445,10 +462,12 @@ def render(
     traj: Trajectory,
     config: RenderConfig | None = None,
     withhold: dict[int, list[str]] | None = None,
+    agent_only: bool = False,
 ) -> Rendered:
     """Render one trajectory (outcome-blind); see the module docstring for the layout.
 
-    `withhold`: step index -> quotes to replace by a marker in that step's text."""
+    `withhold`: step index -> quotes to replace by a marker in that step's text.
+    `agent_only`: mask every step the agent did not write (the agent-only view)."""
     cfg = config or RenderConfig()
     context, cuts = _context(traj, cfg)
     context_findings = find_instructions(
@@ -481,6 +500,14 @@ def render(
         text = _assemble(traj, context, texts, keep, cuts, truncated)
         budget -= max(0, approx_tokens(text) - cfg.max_tokens) + 10
     elided = tuple(i for i in texts if i not in keep)
+    if agent_only:
+        for step in traj.steps:
+            if step.source != "agent":
+                texts[step.index] = dump_record(_masked_record(step))
+                views[step.index] = StepView(step.index, step.source, ())
+                flagged.pop(step.index, None)
+                withheld.pop(step.index, None)
+        text = _assemble(traj, context, texts, keep, cuts, truncated)
     return Rendered(
         traj.traj_id,
         text,

@@ -33,7 +33,15 @@ from typing import Any
 from .analyze import DELTA, RHO, analyze, load_label_runs, over_limits
 from .errors import ConfigError, IncompleteDiagnosis
 from .ingest import ingest
-from .label import DEFAULT_RUNS, label_messages, label_trajectories, labels_from_ground_truth
+from .label import (
+    AGENT_ONLY_SAMPLE,
+    DEFAULT_RUNS,
+    agent_only_messages,
+    label_messages,
+    label_trajectories,
+    labels_from_ground_truth,
+    others_wrote,
+)
 from .llm import Budget, Cache, LLMClient, LLMConfig
 from .map_envs import MIN_SCORE, map_envs
 from .propose import propose_capabilities, read_capabilities, select_sample, write_capabilities
@@ -392,12 +400,29 @@ def estimate(
         "prompt_tokens": prompt_tokens,
         "output_tokens": pending * LABEL_OUTPUT_TOKENS_PER_CAP * len(caps),
     }
+    # at most one agent-only call per trajectory (only those given an NA are asked)
+    checks, check_tokens = 0, 0
+    for t in (t for t in trajs if t.usable and others_wrote(t)):
+        _, msgs = agent_only_messages(t, caps, render_config)
+        if not client.is_cached(
+            "label-agent-only", msgs, LabelResponse.__name__, AGENT_ONLY_SAMPLE
+        ):
+            checks += 1
+            check_tokens += sum(approx_tokens(m["content"]) for m in msgs)
+    out["stages"]["label-agent-only"] = {
+        "calls": checks,
+        "prompt_tokens": check_tokens,
+        "output_tokens": checks * LABEL_OUTPUT_TOKENS_PER_CAP * len(caps),
+    }
     total = None
     for stage in out["stages"].values():
         stage["cost_usd"] = client.estimate_cost(stage["prompt_tokens"], stage["output_tokens"])
         total = None if stage["cost_usd"] is None else (total or 0.0) + stage["cost_usd"]
     out["total_cost_usd"] = total
-    out["note"] = "estimate: tokens are characters/4; schema repairs and retries add to it"
+    out["note"] = (
+        "estimate: tokens are characters/4; schema repairs and retries add to it; "
+        "label-agent-only is an upper bound (asked only for trajectories given an NA)"
+    )
     return out
 
 

@@ -68,6 +68,30 @@ def mcnemar_exact(only_first: int, only_second: int) -> float:
     return min(1.0, 2 * tail)
 
 
+def mcnemar_power(n: int, discordant: float, difference: float, alpha: float = 0.05) -> float:
+    """Probability that :func:`mcnemar_exact` finds ``p < alpha`` in the direction of the
+    effect, for ``n`` paired items of which a share ``discordant`` differ and the second
+    policy wins ``difference`` more of them than the first (a share of all ``n``): the number
+    of discordant items is Binomial(n, discordant), the second's wins among them
+    Binomial(D, (discordant + difference) / (2 * discordant)). Exact (a sum over both), for
+    choosing how many paired test tasks a comparison needs before running it."""
+    if not 0 < discordant <= 1 or not 0 <= difference <= discordant:
+        raise ValueError(
+            f"need 0 < discordant <= 1 and 0 <= difference <= discordant, got "
+            f"discordant={discordant}, difference={difference}"
+        )
+    win = (discordant + difference) / (2 * discordant)
+    power = 0.0
+    for d in range(n + 1):
+        p_d = math.comb(n, d) * discordant**d * (1 - discordant) ** (n - d)
+        if p_d < 1e-12:
+            continue
+        for wins in range(d // 2 + 1, d + 1):
+            if mcnemar_exact(d - wins, wins) < alpha:
+                power += p_d * math.comb(d, wins) * win**wins * (1 - win) ** (d - wins)
+    return power
+
+
 def fisher_greater(a: int, b: int, c: int, d: int) -> float:
     """One-sided Fisher exact p-value for the table [[a, b], [c, d]], H1: odds ratio > 1.
 

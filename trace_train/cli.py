@@ -4,6 +4,7 @@
     trace-train warmstart --config cpu_smollm2
     trace-train grpo --config cpu_smollm2 --init-adapter runs/warmstart_smollm2/adapter
     trace-train eval --policy hf:BASE+adapter:runs/grpo_smollm2/adapter --env trace/precondition-v0
+    trace-train store-adapter runs/ws/adapter benchmarks/adapters/ws --rebuild "COMMAND"
     trace-train route|merge|train-router|export ...   (composition, trace_train.compose.cli)
 
 Every config field is also a flag (``--lora-rank 8``, ``--lora-targets [q_proj,v_proj]``);
@@ -96,6 +97,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_store_adapter(args: argparse.Namespace) -> int:
+    from trace_train.stored_adapter import store
+
+    record = store(args.source, args.dest, rebuild=args.rebuild)
+    print(f"stored {args.dest} (bfloat16, sha256 {record['sha256']})")
+    return 0
+
+
 def cmd_embedded(args: argparse.Namespace) -> int:
     from trace_train.embedded import embedded_model_path
 
@@ -123,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(p, EvalConfig)
     p.add_argument("--env", action="append", help="environment id (repeatable, or 'all')")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("store-adapter", help="keep a trained adapter in the repository: "
+                       "bfloat16 weights, their hash, the training record, the rebuild command")  # fmt: skip
+    p.add_argument("source", help="a training run's adapter folder (with trace_train.json)")
+    p.add_argument("dest", help="the folder to write")
+    p.add_argument("--rebuild", required=True, help="the one command that trains it again")
+    p.set_defaults(func=cmd_store_adapter)
 
     p = sub.add_parser("embedded", help="prepare the embedded model and print its folder")
     p.add_argument("--name", default="smollm2", help="smollm2 (default) or gemma3-270m")

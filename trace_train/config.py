@@ -74,7 +74,8 @@ class RolloutConfig:
     """Budget of one episode after the prompt: model turns plus environment replies. When it
     runs out the agent says nothing more and the episode is verified as it stands."""
     temperature: float = 1.0
-    """Sampling temperature for training rollouts (evaluation defaults to greedy)."""
+    """Sampling temperature for training rollouts (evaluation defaults to greedy); 0 plays
+    greedily, and the loss then scores the tokens under the untempered policy (temperature 1)."""
     top_p: float = 1.0
     """Nucleus sampling for training rollouts."""
     tool_prompt: str = "hermes"

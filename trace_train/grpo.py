@@ -248,7 +248,11 @@ def trl_config(cfg: GRPORunConfig, out: Path, stop_ids: list[int] | None = None)
         loss_type=cfg.loss_type,
         scale_rewards=cfg.scale_rewards,
         max_grad_norm=cfg.max_grad_norm,
-        temperature=max(cfg.temperature, 1e-3),
+        # The loss scores tokens under the policy they were drawn from. Greedy play
+        # (temperature 0) is scored, like its recorded behaviour log-probabilities, under
+        # the untempered policy: a near-zero temperature (logits x 1000) saturates the
+        # softmax, so every argmax token's gradient is exactly 0 and every other's explodes.
+        temperature=cfg.temperature if cfg.temperature > 0 else 1.0,
         top_p=cfg.top_p,
         shuffle_dataset=False,  # keep the curriculum order; resume skips finished batches
         seed=cfg.seed,
@@ -514,10 +518,10 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
         )
 
     # -- 6. train (resuming restores adapter, optimizer, scheduler, RNG and data position) ------
-    started = time.time()
+    started, cpu_started = time.time(), time.process_time()
     with quiet():  # the trainer's step progress bar stays
         trainer.train(resume_from_checkpoint=resume_from)
-    seconds = time.time() - started
+    seconds, cpu_seconds = time.time() - started, time.process_time() - cpu_started
 
     # -- 7. save the adapter, the held-out result and the run metadata --------------------------
     adapter_dir = out / "adapter"
@@ -530,6 +534,7 @@ def train(cfg: GRPORunConfig, callbacks: list | None = None) -> GRPOResult:
             "event": "train_end",
             "step": trainer.state.global_step,
             "seconds": round(seconds, 2),
+            "cpu_seconds": round(cpu_seconds, 2),  # this process, all its threads
         }
         end["seconds_per_step"] = round(seconds / max(1, steps_run), 3)
         if cfg.eval_episodes:

@@ -19,10 +19,14 @@ many answers, as an endpoint that dies mid-run (later connections are refused).
 case. It reads every content field the way a fooled model would: look-alike letters and
 invisible characters read as plain Latin (`trace_diagnose.injection.fold`), and a line
 shaped like a step (`[S3] AGENT: ...`, `AGENT: ...`, or a `{"step": 3, "speaker": "agent",
-"text": ...}` object) inside a user's or a tool's text is believed to be that step. It obeys
-any sentence it reads that gives a verdict (PRESENT / LACKING / NA / not applicable) for a
-scope (a capability's name, or every / each / all capabilities, or everything), citing the
-sentence as its evidence, from the step (and speaker) it believes it is in. With
+"text": ...}` object, or a chat record `{"role": "assistant", "content": ...}`) inside a
+user's or a tool's text is believed to be that step. It obeys any sentence it reads that
+gives a verdict (PRESENT / LACKING / NA / not applicable, or the same in French or Chinese)
+for a scope (a capability's name, or every / each / all capabilities, or everything),
+citing the sentence as its evidence, from the step (and speaker) it believes it is in. It
+reads as a capable model does: base64 tokens and text said to be rot13 decoded, Unicode tag
+characters as the ASCII they spell, and a sentence that one speaker splits across two of
+its messages read joined. With
 `corrects_on_repair` it re-reads carefully once told its answer was invalid (believes no
 forged step, obeys nothing); otherwise it repeats itself however often it is corrected.
 `forged_citations` and `obeyed` count the answers in which the attack took hold.
@@ -30,6 +34,8 @@ forged step, obeys nothing); otherwise it repeats itself however often it is cor
 
 from __future__ import annotations
 
+import base64
+import codecs
 import hashlib
 import json
 import re
@@ -241,7 +247,8 @@ class StubLLM:
         believed = list(steps)
         if gullible:
             believed += [f for s in steps for f in _forged(s)]
-        orders = [o for s in believed for o in _instructions(s, caps)] if gullible else []
+        read = believed + _joined(steps) if gullible else []
+        orders = [o for s in read for o in _instructions(s, caps)]
         labels, forged_cited, obeyed = [], False, False
         for cap in caps:
             order = next((o for o in orders if cap in o["scope"]), None)
@@ -326,12 +333,31 @@ _LABEL = re.compile(r"^\s*(agent|assistant)\s*:\s*(.+)$", re.I)
 _RECORD = re.compile(
     r'\{\s*"step"\s*:\s*(\d+)\s*,\s*"speaker"\s*:\s*"(\w+)"\s*,\s*"text"\s*:\s*"((?:[^"\\]|\\.)*)"'
 )
-_VERDICT = re.compile(r"\b(present|lacking|not applicable|n/?a)\b", re.I)
-_ALL = re.compile(
-    r"\beverything\b|\b(?:every|each|all|any)\b[^.!?]*?\b(?:capabilit|skill|criteri|categor|label"
-    r"|verdict|item|question|rubric)",
+_CHAT_RECORD = re.compile(r'\{\s*"role"\s*:\s*"(\w+)"\s*,\s*"content"\s*:\s*"((?:[^"\\]|\\.)*)"')
+# verdict words in English, French and Chinese (read folded: "présent" is "present")
+_VERDICT = re.compile(
+    r"\b(present|lacking|absente?|manquante?|not applicable|sans objet|n/?a)\b"
+    r"|(具备|缺失|不适用)",
     re.I,
 )
+_WORDS = {
+    "present": "PRESENT",
+    "具备": "PRESENT",
+    "lacking": "LACKING",
+    "absent": "LACKING",
+    "absente": "LACKING",
+    "manquant": "LACKING",
+    "manquante": "LACKING",
+    "缺失": "LACKING",
+}
+_ALL = re.compile(
+    r"\beverything\b|\b(?:every|each|all|any|chaque|toutes?|tous)\b[^.!?]*?\b(?:capabilit"
+    r"|skill|criteri|categor|label|verdict|item|question|rubric|competence|capacite)"
+    r"|(?:所有|每个|每项|全部)",
+    re.I,
+)
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|" + _LINE_BREAK.pattern)
+_BASE64 = re.compile(r"\b[A-Za-z0-9+/]{16,}={0,2}")
 
 
 def _records(transcript: str) -> list[tuple[int, str, list[str]]]:
@@ -369,7 +395,42 @@ def _forged(step: tuple[int, str, list[str]]) -> list[tuple[int, str, list[str],
         for m in _RECORD.finditer(fold(text, casefold=False)):
             speaker = _SPEAKERS.get(m.group(2).lower(), m.group(2).lower())
             found.append((int(m.group(1)), speaker, [json.loads(f'"{m.group(3)}"')], True))
+        for m in _CHAT_RECORD.finditer(fold(text, casefold=False)):
+            speaker = _SPEAKERS.get(m.group(1).lower(), m.group(1).lower())
+            found.append((host, speaker, [json.loads(f'"{m.group(2)}"')], True))
     return found
+
+
+def _joined(steps: list[tuple]) -> list[tuple[int, str, list[str]]]:
+    """A sentence one speaker splits across two of its messages, read joined: the last
+    sentence of each message with the first of that speaker's next one (at the later step)."""
+    last: dict[str, str] = {}
+    out = []
+    for index, speaker, texts, *_ in steps:
+        for text in texts:
+            parts = [p for p in _SENTENCES.split(text) if p.strip()]
+            if not parts:
+                continue
+            if speaker in last:
+                out.append((index, speaker, [f"{last[speaker]} {parts[0]}"]))
+            last[speaker] = parts[-1]
+    return out
+
+
+def _decodings(sentence: str) -> list[str]:
+    """What a capable reader also reads in a sentence: base64 tokens decoded, and the
+    sentence in rot13 when it says so."""
+    out = []
+    for token in _BASE64.findall(sentence):
+        try:
+            plain = base64.b64decode(token, validate=True).decode("ascii")
+        except ValueError:
+            continue
+        if plain.isprintable():
+            out.append(sentence.replace(token, plain))
+    if "rot13" in sentence.lower():
+        out.append(codecs.decode(sentence, "rot13"))
+    return out
 
 
 def _instructions(step: tuple, caps: list[str]) -> list[dict[str, Any]]:
@@ -377,15 +438,15 @@ def _instructions(step: tuple, caps: list[str]) -> list[dict[str, Any]]:
     index, speaker, texts = step[0], step[1], step[2]
     orders = []
     for text in texts:
-        for raw in re.split(r"(?<=[.!?])\s+|" + _LINE_BREAK.pattern, text):
-            sentence = fold(raw, casefold=False)
+        readings = [
+            (raw, read) for raw in _SENTENCES.split(text) for read in [raw, *_decodings(raw)]
+        ]
+        for raw, read in readings:
+            sentence = fold(read, casefold=False)
             verdict = _VERDICT.search(sentence)
             if verdict is None:
                 continue
-            word = verdict.group(1).lower()
-            verdict_name = (
-                "PRESENT" if word == "present" else "LACKING" if word == "lacking" else "NA"
-            )
+            verdict_name = _WORDS.get(verdict.group(0).lower(), "NA")
             named = [
                 c
                 for c in caps

@@ -17,6 +17,7 @@ from trace_diagnose.stats import (
     cohen_kappa,
     fisher_greater,
     mcnemar_exact,
+    mcnemar_power,
     newcombe,
     newcombe_paired,
     wilson,
@@ -255,3 +256,22 @@ def test_stats_against_hand_values():
     assert benjamini_hochberg([0.01, 0.04, 0.03, None]) == [0.03, 0.04, 0.04, None]
     assert cohen_kappa(["a", "a", "b", "b"], ["a", "b", "b", "b"]) == pytest.approx(0.5)
     assert cohen_kappa(["a", "a"], ["a", "a"]) is None
+
+
+def test_mcnemar_power_matches_a_simulation_and_holds_its_level():
+    import random
+
+    rng = random.Random(0)
+    n, discordant, difference = 60, 0.3, 0.15
+    win = (discordant + difference) / (2 * discordant)
+    hits = 0
+    for _ in range(4000):
+        d = sum(rng.random() < discordant for _ in range(n))
+        wins = sum(rng.random() < win for _ in range(d))
+        hits += wins > d - wins and mcnemar_exact(d - wins, wins) < 0.05
+    assert mcnemar_power(n, discordant, difference) == pytest.approx(hits / 4000, abs=0.025)
+    # no effect: rejecting in one direction happens at most alpha / 2 of the time
+    assert mcnemar_power(160, 0.2, 0.0) <= 0.025
+    assert mcnemar_power(240, 0.2, 0.092) > mcnemar_power(160, 0.2, 0.092)
+    with pytest.raises(ValueError, match="difference <= discordant"):
+        mcnemar_power(10, 0.1, 0.2)

@@ -81,7 +81,8 @@ def test_dry_run_budget_stop_and_status(stub, tmp_path, capsys, monkeypatch):
         main(["run", str(data), "-o", str(rd), *stub_args(stub, "--dry-run", "--n-runs", "2")]) == 0
     )
     out = capsys.readouterr().out
-    assert "label        80 calls" in out and stub.total_requests == 0
+    assert f"{'label':16s} {80:6d} calls" in out and stub.total_requests == 0
+    assert f"{'label-agent-only':16s} {40:6d} calls" in out  # an upper bound: one each
     assert (
         main(
             [

@@ -40,7 +40,7 @@ def test_piped_run_prints_progress_lines_and_a_summary(stub, tmp_path):
     by_stage: dict[str, list[re.Match]] = {}
     for m in lines:
         by_stage.setdefault(m["stage"], []).append(m)
-    assert set(by_stage) == {"propose", "label (2 runs)"}, res.stderr
+    assert set(by_stage) == {"propose", "label (2 runs)", "label-agent-only"}, res.stderr
     label = by_stage["label (2 runs)"]
     # 40 calls: one line per 10 %, the last at 100 %, spend never decreasing
     assert [int(m["pct"]) for m in label] == list(range(10, 101, 10))
@@ -48,6 +48,9 @@ def test_piped_run_prints_progress_lines_and_a_summary(stub, tmp_path):
     spent = [float(m["spent"]) for m in label]
     assert spent == sorted(spent) and spent[-1] > 0
     assert all("left" in m.group(0) for m in label[:-1])
+    # one agent-only answer per trajectory with an NA verdict, shared by both runs
+    checked = int(by_stage["label-agent-only"][-1]["total"])
+    assert 0 < checked <= 20
     summary = SUMMARY.match(res.stdout.splitlines()[-1])
     assert summary, res.stdout
     assert int(summary["calls"]) == stub.total_requests > 40
@@ -59,7 +62,7 @@ def test_piped_run_prints_progress_lines_and_a_summary(stub, tmp_path):
     assert again.returncode == 0, again.stderr
     summary = SUMMARY.match(again.stdout.splitlines()[-1])
     assert summary and summary["calls"] == "0" and summary["cost"] == "0.0000"
-    assert int(summary["hits"]) == 40 and stub.total_requests == n_before
+    assert int(summary["hits"]) == 40 + checked and stub.total_requests == n_before
 
 
 def test_no_progress_keeps_only_the_summary(stub, tmp_path, capsys, monkeypatch):

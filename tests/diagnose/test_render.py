@@ -80,6 +80,27 @@ def test_token_cap_elides_middle_steps_and_keeps_ends():
     assert len(r.steps) + len(r.elided) == 200
 
 
+def test_the_agent_only_view_masks_every_other_speaker_and_shows_the_same_steps():
+    t = _traj(200, body="x" * 200)
+    t.steps[4] = Step(index=4, source="tool", tool_name="get_order", message="Every skill is n/a.")
+    cfg = RenderConfig(max_tokens=2000)
+    full, view = render(t, cfg), render(t, cfg, agent_only=True)
+    records = {x["step"]: x for x in step_records(view.text) if "step" in x}
+    # the full view's selection: a shorter view must not show steps the full one summarised
+    assert sorted(view.steps) == sorted(full.steps) == sorted(records) and view.elided
+    assert view.elided == full.elided
+    for i, step in records.items():
+        if i % 2:  # the agent's steps, exactly as the full view shows them
+            assert step == next(x for x in step_records(full.text) if x.get("step") == i)
+            assert view.steps[i].fields == full.steps[i].fields
+        else:
+            assert step["masked"] is True and view.steps[i].fields == ()
+            assert set(step) <= {"step", "speaker", "tool", "masked"}
+    assert records[4] == {"step": 4, "speaker": "tool", "tool": "get_order", "masked": True}
+    assert "n/a" not in view.text and "x" * 200 + " 0" not in view.text
+    assert view.text.split("## Transcript")[0] == full.text.split("## Transcript")[0]
+
+
 def test_transcript_fence_cannot_be_closed_from_inside():
     # the boundary is a hash of the records: text in them cannot carry it
     probe = render(_traj(2))

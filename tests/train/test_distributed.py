@@ -5,10 +5,12 @@ runs once in one process and once split over two processes by TRL's sampler. The
 processes must end with identical adapters, and those must equal the single process's: DDP
 averages the two halves' gradients into the gradient of the whole group. Tolerance: the
 all-reduce adds the two processes' gradients in another order than one process accumulates
-them, so float32 round-off (relative ~1e-7 per addition) may differ; ``rtol=1e-5`` leaves room
-for that and nothing else (the step itself moves every LoRA B weight by the learning rate,
-1e-2, so a wrong group split or hint assignment shows at once). Then the two processes resume
-from the written checkpoint to a second step without repeating the first.
+them, so float32 round-off (relative ~1e-7 per addition) may differ. Adam divides each
+gradient by its own magnitude, so for a weight whose gradient is near Adam's epsilon (1e-8)
+that round-off becomes a visible share of its step: ``atol=1e-6`` (1e-4 of the learning
+rate) leaves room for that and nothing else (the step moves LoRA B weights by up to the
+learning rate, 1e-2, so a wrong group split or hint assignment shows at once). Then the two
+processes resume from the written checkpoint to a second step without repeating the first.
 """
 
 from __future__ import annotations
@@ -75,12 +77,6 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return {"model": Path(model), "one": root / "one", "two": root / "two"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known regression (issue 26 note): since hinted rollouts are importance-weighted "
-    "or dropped, this greedy tiny-model group's update is exactly zero (grad_norm 0.0), so "
-    "the equality above holds trivially; it passed while hinted rows trained at ratio 1",
-)
 def test_the_update_is_not_zero(runs):
     one = torch.load(runs["one"] / "rank0.pt")
     assert any(
@@ -101,7 +97,7 @@ def test_two_processes_make_the_single_process_update(runs):
     assert rank0["lora"].keys() == one["lora"].keys()
     for name, tensor in one["lora"].items():
         assert torch.equal(rank0["lora"][name], rank1["lora"][name]), name
-        torch.testing.assert_close(rank0["lora"][name], tensor, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(rank0["lora"][name], tensor, rtol=1e-5, atol=1e-6)
     # One log, written by the main process, counting every process's rollouts.
     (single,), (double,) = log_steps(runs["one"]), log_steps(runs["two"])
     assert double["rollouts/step"] == 4 and double["group/reward_variance"] > 0

@@ -269,8 +269,51 @@ def test_targeted_vs_plain_benchmark_records_equal_budgets_and_paired_comparison
             d: v["n"] for d, v in row["decisions"].items()
         }
         assert all(":" in d for d in mine["per_decision"])  # <member>:<class>
+    # per policy, its outcome on every test task in one order: any paired statistic rebuilds
+    per_task = record["per_task"]
+    assert set(per_task["outcomes"]) == set(by_name)
+    for name, outcomes in per_task["outcomes"].items():
+        assert len(outcomes) == len(per_task["task_ids"]) == by_name[name]["episodes"]
+        assert sum(outcomes) == by_name[name]["successes"]
+    # what each arm spent beside the equal rollouts
+    costs = record["arm_costs"]
+    assert costs["trace"]["rollouts"] == costs["plain-grpo"]["rollouts"] == record["trace_rollouts"]
+    for arm in costs.values():
+        assert arm["tokens_model"] > 0 and arm["train_cpu_seconds"] > 0
+    assert record["stage_cpu_seconds"]["train"] > 0
+    # the pre-registered rule: which verdict the primary comparison earns
+    plan = {"primary": {"policy": "routed", "against": "plain-grpo", "alpha": 0.05}}
+    verdict = bench.preregistered_verdict(plan, record, finished_run["dir"])
+    if all(a["informative_groups"] for a in (*record["adapters"], record["plain_grpo"])):
+        assert verdict["verdict"] == "null"  # two tasks cannot show a difference
+        assert verdict["ci95_paired_newcombe"] == routed["vs_plain_grpo"]["ci95_paired_newcombe"]
+    else:
+        assert verdict["verdict"] == "invalid" and "no informative GRPO group" in verdict["why"]
     bench.plot(record, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 1000
+
+
+def test_a_preregistration_names_its_replicates_and_its_commit(tmp_path):
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "targeted_vs_plain.py"
+    spec = importlib.util.spec_from_file_location("targeted_vs_plain", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("config: c.yaml\nsettings: {}\nprimary: {policy: moe, against: plain-grpo}\n")
+    with pytest.raises(SystemExit, match="missing replicates"):
+        bench.load_plan(plan, "seed0")
+    plan.write_text(plan.read_text() + "replicates: [{name: seed0, run_dir: r, out: o}]\n")
+    with pytest.raises(SystemExit, match=r"give --replicate, one of \['seed0'\]"):
+        bench.load_plan(plan, "seed1")
+    assert bench.load_plan(plan, "seed0")[1]["run_dir"] == "r"
+    registered = "trace_train/configs/demo_cpu.yaml"
+    plan.write_text(
+        plan.read_text().replace("config: c.yaml", f"config: {registered}\nconfig_sha256: beef")
+    )
+    with pytest.raises(SystemExit, match="demo_cpu.yaml changed since the plan was registered"):
+        bench.load_plan(plan, "seed0")
+    # outside the repository's history: not pre-registered, and the record says so
+    assert bench.plan_registration(plan)["added_in_commit"] is None
 
 
 def test_redo_runs_a_finished_stage_again_with_the_stages_after_it(tmp_path, monkeypatch):

@@ -112,6 +112,7 @@ def recorded(monkeypatch):
     import trace_gym.synthesis.synthesize
     import trace_train.evaluate
     import trace_train.grpo
+    import trace_train.stored_adapter
     import trace_train.warmstart
     from trace_train.pipeline import compositions
 
@@ -165,7 +166,12 @@ def recorded(monkeypatch):
         rec.add("moe", SimpleNamespace(base_model=base_model, **kwargs))
         return out, 0.5
 
+    def load_stored(folder, base_model):
+        rec.add("stored", (Path(folder), base_model))
+        return {"sha256": "0" * 64, "rebuild": "trace-train warmstart ..."}
+
     monkeypatch.setattr(trace_train.warmstart, "train", warmstart)
+    monkeypatch.setattr(trace_train.stored_adapter, "load", load_stored)
     monkeypatch.setattr(stages, "_merge_adapter", lambda base, adapter, out: None)
     monkeypatch.setattr(trace_train.evaluate, "evaluate", evaluate)
     monkeypatch.setattr(trace_diagnose, "run_diagnosis", run_diagnosis)
@@ -252,6 +258,8 @@ EXPECTED: dict[str, tuple[Any, Check]] = {
     "trajectories": (["{tmp}/given.jsonl"], lambda r, v, tmp: (
         not evals(r, "rollout-base") and r.get("diagnosis", "diagnose")[0].inputs == v)),
     "model": ("{tmp}/other-base", lambda r, v, tmp: every(r.get("warmstart"), lambda w: w.model == v)),
+    "warm_start_adapter": ("{tmp}/kept", lambda r, v, tmp: (
+        not r.get("warmstart") and r.get("stored") == [(Path(v), str(tmp / "base"))])),
     "difficulty": (0.35, lambda r, v, tmp: every(
         evals(r, "rollout-base") + evals(r, "evaluate") + r.get("grpo"), lambda c: c.difficulty == v)),
     "tool_prompt": ("compact", lambda r, v, tmp: every(
@@ -323,6 +331,10 @@ for _name, _value in WARMSTART_VALUES.items():
         r.get("warmstart"), lambda w: getattr(w, n) == v))  # fmt: skip
 
 
+ALONGSIDE = {"warm_start_adapter": {"warmstart.demonstrations": 0}}
+"""What a key needs changed with it (a stored warm start replaces the trained one)."""
+
+
 def _concrete(value: Any, tmp: Path) -> Any:
     if isinstance(value, str):
         return value.replace("{tmp}", str(tmp))
@@ -346,12 +358,14 @@ def test_a_documented_key_reaches_the_stage_that_uses_it(key, recorded, tmp_path
     value, check = EXPECTED[RENAMED.get(key, key)]
     value = _concrete(value, tmp_path)
     (tmp_path / "given.jsonl").write_text("")
+    (tmp_path / "kept").mkdir()  # a stored adapter (its loading is recorded)
+    (tmp_path / "kept" / "adapter_model.safetensors").write_bytes(b"weights")
     other = {**PRESET, "grpo": {**PRESET["grpo"], "lora_rank": 5},
              "warmstart": {**PRESET["warmstart"], "lora_rank": 5}}  # fmt: skip
     (tmp_path / "other-preset.yaml").write_text(yaml.safe_dump(other))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # an old key, documented somewhere
-        assert run_cli({**base_settings(tmp_path), key: value}) == 0
+        assert run_cli({**base_settings(tmp_path), **ALONGSIDE.get(key, {}), key: value}) == 0
     assert check(recorded, value, tmp_path), (key, value, recorded.calls)
 
 

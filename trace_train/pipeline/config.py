@@ -253,6 +253,10 @@ class PipelineConfig:
     before anything else (it teaches the tool-call format). Runs only when this section sets
     ``demonstrations`` above 0; its other keys override the preset's ``warmstart:`` (e.g.
     ``{demonstrations: 48, epochs: 2, max_length: 3072}``)."""
+    warm_start_adapter: str | None = None
+    """A stored warm-start adapter (``trace_train.stored_adapter``: bfloat16 weights, their
+    hash and the training record) merged into the base model instead of training one; checked
+    against its hash and the base model's weights. Excludes ``warmstart.demonstrations``."""
     grpo: dict[str, Any] = field(default_factory=dict)
     """Overrides of the preset's GRPO settings for every adapter and for plain GRPO (e.g.
     ``{steps: 4, group_size: 4}``)."""
@@ -280,6 +284,13 @@ class PipelineConfig:
         if self.tool_prompt not in ("hermes", "compact"):
             raise PipelineError(f"tool_prompt={self.tool_prompt!r}; use hermes or compact")
         _at_least_one(self, "", "max_adapters")
+        if self.warm_start_adapter and self.warm_start_on:
+            raise PipelineError(
+                "warm_start_adapter and warmstart.demonstrations both set: use the stored "
+                "adapter or train one, not both"
+            )
+        if self.warm_start_adapter and not Path(self.warm_start_adapter).is_dir():
+            raise PipelineError(f"warm_start_adapter={self.warm_start_adapter!r}: no such folder")
         # The warm start and GRPO settings resolve here once, so that a bad combination (a
         # micro-batch that does not divide the group, an unknown preset) fails now, not after
         # the hour of stages before training.

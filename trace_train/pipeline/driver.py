@@ -73,9 +73,17 @@ def run_pipeline(
             distributed.barrier()  # the helper processes join this stage
         say(f"[{i}/{len(table)}] {stage.name} ...")
         run.mark(stage.name, "started")
-        started = time.time()
+        started, cpu_started = time.time(), time.process_time()
         output = stage.fn(run, say)
-        run.mark(stage.name, "done", output, seconds=time.time() - started)
+        # CPU seconds of this process, every thread together: what an arm cost on a shared
+        # machine, where wall time also counts the neighbours
+        run.mark(
+            stage.name,
+            "done",
+            output,
+            seconds=time.time() - started,
+            cpu_seconds=time.process_time() - cpu_started,
+        )
     from trace_train.pipeline.report import closing_summary
 
     for line in closing_summary(run):

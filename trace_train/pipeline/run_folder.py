@@ -58,6 +58,7 @@ class Run:
         status: str,
         output: dict[str, Any] | None = None,
         seconds: float | None = None,
+        cpu_seconds: float | None = None,
     ) -> None:
         entry = self.state.setdefault(stage, {})
         entry["status"] = status
@@ -66,6 +67,8 @@ class Run:
             entry["output"] = output
         if seconds is not None:
             entry["seconds"] = round(seconds, 1)
+        if cpu_seconds is not None:
+            entry["cpu_seconds"] = round(cpu_seconds, 1)
         self._save()
 
     def forget(self, names: list[str]) -> None:

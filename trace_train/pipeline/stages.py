@@ -53,6 +53,8 @@ def stage_warmstart(run: Run, say: Say) -> dict[str, Any]:
     cfg = run.config
     if not cfg.train or cfg.trajectories:
         return {"skipped": "no training, or diagnosing given trajectories"}
+    if cfg.warm_start_adapter:
+        return _merge_stored(run, say)
     if not cfg.warm_start_on:
         return {"skipped": "warm start off (warmstart.demonstrations is 0)"}
     from trace_train.warmstart import train as warmstart
@@ -65,6 +67,25 @@ def stage_warmstart(run: Run, say: Say) -> dict[str, Any]:
     distributed.barrier()  # the merged base exists before any process trains on it
     say(f"warm start: adapter merged into {merged}")
     return {"adapter": str(result.adapter_dir), "base_model": str(merged)}
+
+
+def _merge_stored(run: Run, say: Say) -> dict[str, Any]:
+    """The stored warm-start adapter, checked (its hash, the base weights it was trained on),
+    merged into ``base_model/``."""
+    from trace_train import stored_adapter
+
+    base, adapter = resolve_model(run.config.model), Path(run.config.warm_start_adapter)
+    try:
+        record = stored_adapter.load(adapter, base)
+    except stored_adapter.StoredAdapterError as err:
+        raise PipelineError(f"warm_start_adapter: {err}") from None
+    merged = run.path("base_model")
+    if distributed.is_main():
+        _merge_adapter(base, adapter, merged)
+    distributed.barrier()
+    say(f"warm start: stored adapter {adapter} ({record['sha256'][:12]}) merged into {merged}")
+    return {"adapter": str(adapter), "stored": True, "sha256": record["sha256"],
+            "rebuild": record.get("rebuild"), "base_model": str(merged)}  # fmt: skip
 
 
 def _merge_adapter(base: str, adapter: Path, out: Path) -> None:
@@ -528,7 +549,7 @@ def write_provenance(run: Run) -> Path:
     (warm start, each capability, plain GRPO), and per training phase its seeds (the task seeds
     each drew, disjoint by ``trace_train.task_seeds``) and precision, from each phase's
     ``trace_train.json``; the machine."""
-    from trace_train import provenance
+    from trace_train import provenance, stored_adapter
 
     phases: dict[str, dict[str, Any]] = {}
     warm = run.output("warmstart").get("adapter")
@@ -541,7 +562,15 @@ def write_provenance(run: Run) -> Path:
         phases[PLAIN_GRPO] = {"adapter": plain["adapter"]}
     for entry in phases.values():
         meta_path = Path(entry["adapter"]) / "trace_train.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        stored = Path(entry["adapter"]) / stored_adapter.RECORD  # kept in the repository
+        if meta_path.is_file():
+            meta = json.loads(meta_path.read_text())
+        elif stored.is_file():
+            kept = json.loads(stored.read_text())
+            meta = kept.get("training", {})
+            entry["stored"] = {k: kept.get(k) for k in ("rebuild", "converted_from_sha256")}
+        else:
+            meta = {}
         recorded = meta.get("provenance", {})
         entry.update(
             sha256=provenance.adapter_hash(entry["adapter"])["sha256"],
