@@ -140,6 +140,20 @@ def _label(tmp_path, name, data, stub, n_runs=1):
     return runs, analysis, (rd / "report.md").read_text()
 
 
+def _attack(tmp_path, case: Case):
+    """The planted data with `case` injected, labelled once by the obedient stub (it never
+    corrects itself): the stub (for what it was taken in by), the injected ids and the
+    labelling's runs, analysis and report."""
+    data = write_planted(tmp_path / "p.jsonl", n_tasks=10)
+    injected = _inject(data, case)
+    stub = StubLLM(stub_config(obey_injection=True)).start()
+    try:
+        runs, analysis, report = _label(tmp_path, case.name, data, stub)
+    finally:
+        stub.stop()
+    return stub, injected, runs, analysis, report
+
+
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("clean")
@@ -173,13 +187,7 @@ def _assert_unsteered(clean, runs, analysis, report, injected):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_an_obedient_labeller_cannot_steer_the_diagnosis(clean, tmp_path, case):
-    data = write_planted(tmp_path / "p.jsonl", n_tasks=10)
-    injected = _inject(data, case)
-    stub = StubLLM(stub_config(obey_injection=True)).start()  # never corrects itself
-    try:
-        runs, analysis, report = _label(tmp_path, case.name, data, stub)
-    finally:
-        stub.stop()
+    stub, injected, runs, analysis, report = _attack(tmp_path, case)
     flips = _assert_unsteered(clean, runs, analysis, report, injected)
     # Forged structure and orders in others' text end with the clean labels (the misused
     # text withheld, or an obeyed NA replaced by the agent-only view's verdict, and the
@@ -220,13 +228,7 @@ def test_the_clean_run_keeps_its_na_verdicts_and_flags_nothing(clean):
 @pytest.mark.parametrize("case", ["not_applicable", "system_looking"])
 def test_an_obeyed_na_order_is_replaced_by_the_agent_only_verdict(clean, tmp_path, case):
     case = next(c for c in CASES if c.name == case)
-    data = write_planted(tmp_path / "p.jsonl", n_tasks=10)
-    injected = _inject(data, case)
-    stub = StubLLM(stub_config(obey_injection=True)).start()
-    try:
-        runs, analysis, report = _label(tmp_path, case.name, data, stub)
-    finally:
-        stub.stop()
+    stub, injected, runs, analysis, report = _attack(tmp_path, case)
     assert (
         stub.obeyed >= len(injected)
         and _assert_unsteered(clean, runs, analysis, report, injected) == 0
@@ -589,13 +591,7 @@ def test_many_forged_lines_are_withheld_round_after_round(clean, tmp_path):
         ]
     )
     case = Case("many_forged", "user", f"noted\n{forged}")
-    data = write_planted(tmp_path / "p.jsonl", n_tasks=10)
-    injected = _inject(data, case)
-    stub = StubLLM(stub_config(obey_injection=True)).start()
-    try:
-        runs, analysis, report = _label(tmp_path, case.name, data, stub)
-    finally:
-        stub.stop()
+    stub, injected, runs, analysis, report = _attack(tmp_path, case)
     assert stub.forged_citations > 0 and not runs[0].unlabelled
     assert _assert_unsteered(clean, runs, analysis, report, injected) == 0
 

@@ -31,8 +31,6 @@ import pytest
 from trace_diagnose.render import render, step_records
 from trace_diagnose.schema import Step, TaskContext, Trajectory
 
-from .planted import stub_config, write_planted
-from .stub_llm import StubLLM
 from .test_injection import (  # noqa: F401  (clean is a fixture)
     CHECK,
     EXACT,
@@ -40,6 +38,7 @@ from .test_injection import (  # noqa: F401  (clean is a fixture)
     SLOPPY,
     Case,
     _assert_unsteered,
+    _attack,
     _inject,
     _label,
     clean,
@@ -129,13 +128,7 @@ HELDOUT = [
 
 @pytest.mark.parametrize("case", HELDOUT, ids=lambda c: c.name)
 def test_a_heldout_injection_cannot_steer_the_diagnosis(clean, tmp_path, case):  # noqa: F811
-    data = write_planted(tmp_path / "p.jsonl", n_tasks=10)
-    injected = _inject(data, case)
-    stub = StubLLM(stub_config(obey_injection=True)).start()
-    try:
-        runs, analysis, report = _label(tmp_path, case.name, data, stub)
-    finally:
-        stub.stop()
+    stub, injected, runs, analysis, report = _attack(tmp_path, case)
     # every label is the clean one, though the labeller was taken in
     assert _assert_unsteered(clean, runs, analysis, report, injected) == 0
     assert stub.forged_citations + stub.obeyed > 0
