@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trace_gym.episodes import read_episodes
+
 ENV_ID = "trace/desk-lite-v0"
 BAND = (0.10, 0.40)
 """The held-out success band the issue asks of the warm-started model."""
@@ -107,8 +109,7 @@ def first_failed(required: list[str], lacking: list[str]) -> str | None:
 def outcomes(episodes: Path) -> list[dict[str, Any]]:
     """One row per held-out task, in seed order."""
     rows = []
-    for line in episodes.read_text().splitlines():
-        r = json.loads(line)
+    for r in read_episodes(episodes):  # not str.splitlines: a model's U+2028 splits a record
         v = r.get("verification") or {}
         required, lacking = v.get("required_capabilities", []), v.get("lacking_capabilities", [])
         rows.append({

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+import pytest
 import torch
 
 from trace_train.compose.cli import register
@@ -66,3 +67,23 @@ def test_route_writes_a_loadable_policy(tiny_model_dir, random_adapters, tmp_pat
     ]
     assert run(argv) == 0
     assert (tmp_path / "r" / "experts" / "pre" / "adapter_config.json").is_file()
+
+
+def test_router_data_keeps_a_record_whose_text_holds_a_line_separator(tmp_path):
+    from trace_train.compose.cli import _jsonl
+
+    data = tmp_path / "data.jsonl"
+    rows = [{"text": "a\u2028b", "slot": "a"}, {"text": "c", "slot": "b"}]
+    # ensure_ascii=False writes U+2028 raw, as the episode logs do; str.splitlines split it
+    data.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    assert "\u2028" in data.read_text(encoding="utf-8")
+    assert _jsonl(str(data)) == rows
+
+
+def test_a_broken_jsonl_line_is_named(tmp_path):
+    from trace_train.compose.cli import _jsonl
+
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"slot": "a"}\n\n{"slot": \n')
+    with pytest.raises(ValueError, match=r"data\.jsonl:3: not valid JSON"):
+        _jsonl(str(data))

@@ -444,3 +444,18 @@ def test_report_shows_success_per_decision_and_balanced_accuracy(tmp_path):
     assert table["balanced"] == [0.5, 0.625]
     lines = closing_summary(run)
     assert "balanced accuracy 50%" in lines[1] and "balanced accuracy 62%" in lines[2]
+
+
+def test_paired_outcomes_survive_a_line_separator_the_model_wrote(tmp_path):
+    from trace_gym.episodes import EPISODE_FORMAT, write_episodes
+    from trace_train.pipeline.report import _outcomes
+
+    records = [
+        {"format": EPISODE_FORMAT, "task_id": f"t{i}", "is_success": i == 1,
+         "messages": [{"role": "assistant", "content": "done\u2028really"}]}
+        for i in range(3)
+    ]  # fmt: skip
+    path = tmp_path / "episodes.jsonl"
+    write_episodes(path, records, append=False)
+    assert "\u2028" in path.read_text(encoding="utf-8")  # written raw, not escaped
+    assert _outcomes(path) == {"t0": False, "t1": True, "t2": False}

@@ -21,6 +21,20 @@ import json
 from pathlib import Path
 
 
+def _jsonl(path: str) -> list[dict]:
+    """The records of a JSON-lines file, split at "\\n" only (``str.splitlines`` would also
+    split at a U+2028 inside a record), with an error naming the file and line when broken."""
+    rows = []
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+    return rows
+
+
 def _named(items: list[str]) -> dict[str, str]:
     """``NAME=PATH`` or ``PATH`` (name = folder name) -> ``{name: path}``."""
     out = {}
@@ -52,7 +66,7 @@ def cmd_route(args: argparse.Namespace) -> int:
     experts = [RoutedExpert(n, d, descriptions[n]) for n, d in adapters.items()]
     out = save_routed(RoutingConfig(args.base, experts), args.out)
     if args.check:
-        tasks = [json.loads(line) for line in Path(args.check).read_text().splitlines() if line]
+        tasks = _jsonl(args.check)
         report = task_routing_accuracy(
             load_routed(out), [(t["messages"], t["expected"]) for t in tasks]
         )
@@ -92,7 +106,7 @@ def cmd_train_router(args: argparse.Namespace) -> int:
     )
 
     model, tok = load_moe(args.moe)
-    rows = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line]
+    rows = _jsonl(args.data)
     seqs = [
         LabelledSequence(r.get("input_ids") or tok(r["text"]).input_ids, r["slot"]) for r in rows
     ]

@@ -19,6 +19,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from trace_diagnose.stats import newcombe, newcombe_paired
+from trace_gym.episodes import read_episodes
 from trace_train.pipeline.config import COMPOSITIONS, PLAIN_GRPO
 
 BAR_WIDTH = 420
@@ -56,7 +57,9 @@ def _outcomes(episodes: Path) -> dict[str, bool] | None:
     than once (or the log is missing): then there is no one-to-one pairing to use."""
     if not episodes.exists():
         return None
-    lines = [json.loads(x) for x in episodes.read_text().splitlines() if x.strip()]
+    # read_episodes splits at "\n" only: str.splitlines would also split inside a record at a
+    # U+2028 the model wrote (episodes are written with ensure_ascii=False).
+    lines = list(read_episodes(episodes))
     outcomes = {x["task_id"]: bool(x["is_success"]) for x in lines if "task_id" in x}
     return outcomes if len(outcomes) == len(lines) else None
 
