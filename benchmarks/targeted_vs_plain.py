@@ -273,10 +273,14 @@ def preregistered_verdict(plan: dict, record: dict, run_dir: Path) -> dict:
     ``policy`` minus ``against`` lies above 0 and the exact McNemar p is under ``alpha``, a
     loss when it lies below 0 with the same p, a null otherwise; invalid when either GRPO arm
     had no informative group (then both policies are the warm-started model and nothing was
-    compared)."""
+    compared), or when the diagnosis selected no capability (then there is no TRACE arm and
+    plain GRPO, sized by the adapters' rollouts, never ran)."""
     primary = plan["primary"]
     policy, against = primary["policy"], primary["against"]
     alpha = float(primary.get("alpha", 0.05))
+    if not record["adapters"]:
+        why = "the diagnosis selected no capability: no adapter, so no TRACE arm to compare"
+        return {"verdict": "invalid", "why": why}
     for arm in (*record["adapters"], record["plain_grpo"]):
         if not arm.get("informative_groups"):
             name = arm.get("capability") or "plain GRPO"

@@ -289,6 +289,9 @@ def test_targeted_vs_plain_benchmark_records_equal_budgets_and_paired_comparison
         assert verdict["ci95_paired_newcombe"] == routed["vs_plain_grpo"]["ci95_paired_newcombe"]
     else:
         assert verdict["verdict"] == "invalid" and "no informative GRPO group" in verdict["why"]
+    nothing_selected = {**record, "adapters": []}
+    verdict = bench.preregistered_verdict(plan, nothing_selected, finished_run["dir"])
+    assert verdict["verdict"] == "invalid" and "selected no capability" in verdict["why"]
     bench.plot(record, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 1000
 
