@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from tests.browser import assert_self_contained, needs_chromium, render
+from tests.train.conftest import make_random_adapter
 from trace_train.pipeline import PipelineConfig, PipelineError, run_pipeline, stages
 
 # A scripted base agent with planted gaps, so the diagnosis has a known answer while the
@@ -462,3 +464,29 @@ def test_paired_outcomes_survive_a_line_separator_the_model_wrote(tmp_path):
     write_episodes(path, records, append=False)
     assert "\u2028" in path.read_text(encoding="utf-8")  # written raw, not escaped
     assert _outcomes(path) == {"t0": False, "t1": True, "t2": False}
+
+
+def test_a_run_folder_without_its_merged_base_merges_it_again(tmp_path, tiny_model_dir):
+    from trace_train.pipeline.run_folder import Run
+
+    # a run folder committed to resume elsewhere: warm start done, base_model/ left out
+    cfg = tiny_config(tmp_path, tiny_model_dir)
+    adapter = tmp_path / "adapter"
+    make_random_adapter(tiny_model_dir, adapter, seed=3, r=4, targets=["q_proj", "v_proj"])
+    run = Run(cfg)
+    merged = run.path("base_model")
+    run.mark("warmstart", "done", {"adapter": str(adapter), "base_model": str(merged)})
+    said: list[str] = []
+    stages.restore_base_model(run, said.append)
+    assert (merged / "config.json").exists() and "merged" in said[0]
+    first = (merged / "model.safetensors").read_bytes()
+    (merged / "model.safetensors").unlink()
+    (merged / "config.json").unlink()
+    stages.restore_base_model(run, said.append)
+    assert (merged / "model.safetensors").read_bytes() == first  # the same base, bit for bit
+    stages.restore_base_model(run, said.append)  # present: nothing to do
+    assert len(said) == 2
+    shutil.rmtree(merged)
+    shutil.rmtree(adapter)
+    with pytest.raises(PipelineError, match="base is missing and so is its adapter"):
+        stages.restore_base_model(run, said.append)

@@ -63,6 +63,7 @@ def run_pipeline(
     saved.write_text(yaml.safe_dump(config.as_dict(), sort_keys=False))
     distributed.barrier()  # helper processes read stages.json only after the redo is recorded
     stages.use_environments(run.environments)  # synthesised by an earlier, interrupted run
+    stages.restore_base_model(run, say)  # a run folder resumed on a fresh clone lacks it
     for i, stage in enumerate(table, 1):
         if stage.trains and not config.train:
             continue
@@ -97,6 +98,7 @@ def _help_train(config: PipelineConfig, table: tuple[stages.Stage, ...]) -> None
     distributed.barrier()  # the main process has recorded a redo in stages.json
     run = Run(config)
     stages.use_environments(run.environments)
+    stages.restore_base_model(run, lambda _: None)  # meets the main process's barrier in it
     shared = [i for i, s in enumerate(table) if s.all_processes and (config.train or not s.trains)]
     for stage in table[: max(shared, default=-1) + 1]:
         if stage.trains and not config.train:

@@ -88,6 +88,28 @@ def _merge_stored(run: Run, say: Say) -> dict[str, Any]:
             "rebuild": record.get("rebuild"), "base_model": str(merged)}  # fmt: skip
 
 
+def restore_base_model(run: Run, say: Say) -> None:
+    """Merge the warm-start adapter into ``base_model/`` again when a finished run folder
+    lacks it: the merged base is the one large file of a run (0.5 GB for SmolLM2-135M), so a
+    run folder committed to resume on another machine leaves it out, and the merge rebuilds it
+    exactly from the adapter it recorded."""
+    out = run.output("warmstart")
+    if not run.done("warmstart") or "base_model" not in out:
+        return
+    merged, adapter = Path(out["base_model"]), Path(out.get("adapter") or "")
+    if (merged / "config.json").exists():
+        return
+    if not (adapter / "adapter_config.json").exists():
+        raise PipelineError(
+            f"{merged}: the warm-started base is missing and so is its adapter {adapter}; "
+            "rerun the warm start with --redo warmstart"
+        )
+    if distributed.is_main():
+        _merge_adapter(resolve_model(run.config.model), adapter, merged)
+    distributed.barrier()
+    say(f"warm start: {merged} was missing; merged {adapter} into it again")
+
+
 def _merge_adapter(base: str, adapter: Path, out: Path) -> None:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
