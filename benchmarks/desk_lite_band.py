@@ -53,6 +53,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=float, default=2.0)
     p.add_argument("--warmstart-lr", type=float, default=None,
                    help="warm-start learning rate (default: the cpu_smollm2 preset's 2e-4)")  # fmt: skip
+    p.add_argument("--lora-rank", type=int, default=None, help="warm-start LoRA rank (preset: 16)")
+    p.add_argument("--lora-targets", default=None,
+                   help="comma-separated modules the warm-start adapter wraps (preset: q,k,v,o)")  # fmt: skip
+    p.add_argument("--mix", default=None,
+                   help="member demonstrations mixed into the warm start, as YAML: "
+                   "'{trace/tool-call-v0: 32, trace/clarify-v0: 32}'")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="warm-start seed (init, shuffle, tasks)")
     p.add_argument("--heldout", type=int, default=48, help="held-out tasks (seeds 0..N-1)")
     p.add_argument("--split", default="eval", choices=("eval", "test"))
@@ -70,7 +76,12 @@ def warmstart_command(args: argparse.Namespace) -> list[str]:
         "--max-length", "3072", "--tool-prompt", "compact", "--bf16", "true",
         "--eval-episodes", "0", "--seed", str(args.seed), "--save-steps", "6",
         "--output-dir", args.warmstart_dir,
-    ] + ([] if args.warmstart_lr is None else ["--learning-rate", f"{args.warmstart_lr:g}"])  # fmt: skip
+    ] + ([] if args.warmstart_lr is None else ["--learning-rate", f"{args.warmstart_lr:g}"]) + (
+        [] if args.lora_rank is None
+        else ["--lora-rank", str(args.lora_rank), "--lora-alpha", str(args.lora_rank)]
+    ) + ([] if args.lora_targets is None else ["--lora-targets", f"[{args.lora_targets}]"]) + (
+        [] if args.mix is None else ["--mix-demonstrations", args.mix]
+    )  # fmt: skip
 
 
 def adapter_dir(args: argparse.Namespace) -> Path:
@@ -98,6 +109,23 @@ def run_phase(run: Path, name: str, command: list[str]) -> dict[str, Any]:
     record = {"command": shlex.join(command), "seconds": round(time.time() - started, 1)}
     marker.write_text(json.dumps(record, indent=2) + "\n")
     return record
+
+
+def mix_record(args: argparse.Namespace) -> dict[str, Any]:
+    """The member demonstrations mixed into the warm start: id -> count and task seeds."""
+    import yaml
+
+    from trace_train import task_seeds
+
+    mix = yaml.safe_load(args.mix) if args.mix else {}
+    return {env_id: task_seeds.record("warmstart", args.seed, n) for env_id, n in mix.items()}
+
+
+def training_loss(log: Path) -> dict[str, Any]:
+    """The warm start's first and last logged training loss (how far it fit its demos)."""
+    rows = [json.loads(line) for line in log.read_text().split("\n") if line.strip()] if log.exists() else []  # fmt: skip
+    losses = [r["loss"] for r in rows if "loss" in r]
+    return {"loss_first": losses[0], "loss_last": losses[-1]} if losses else {}
 
 
 def first_failed(required: list[str], lacking: list[str]) -> str | None:
@@ -211,7 +239,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "demonstrations": args.demos,
             "epochs": args.epochs,
             "learning_rate": args.warmstart_lr or 2e-4,
+            "lora_rank": args.lora_rank or 16,
+            "lora_targets": args.lora_targets or "q_proj,k_proj,v_proj,o_proj",
+            **training_loss(Path(args.warmstart_dir) / "training_log.jsonl"),
             "tasks": task_seeds.record("warmstart", args.seed, args.demos),
+            "mixed_in": mix_record(args),
         },  # fmt: skip
         "evaluation": {
             **evaluated,

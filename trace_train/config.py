@@ -341,6 +341,11 @@ class WarmstartConfig(RolloutConfig):
     difficulty_spread: bool = True
     """Draw demonstration difficulties evenly over [0, 1] instead of the fixed difficulty, so
     the format is learnt on every kind of task."""
+    mix_demonstrations: dict[str, int] = field(default_factory=dict)
+    """Other environments' oracle demonstrations mixed in: id -> how many, each drawn from that
+    id's warm-start seeds like ``env_id``'s (``env_kwargs`` apply to ``env_id`` alone). A
+    composite target's members teach one request at a time, e.g.
+    ``{trace/tool-call-v0: 32, trace/clarify-v0: 32}``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -351,6 +356,18 @@ class WarmstartConfig(RolloutConfig):
             )
         if self.epochs <= 0 or self.batch_size < 1:
             raise ConfigError(f"epochs={self.epochs}, batch_size={self.batch_size}: must be > 0")
+        if not isinstance(self.mix_demonstrations, dict):
+            raise ConfigError(
+                f"mix_demonstrations={self.mix_demonstrations!r}: give a mapping of environment "
+                "id to count, e.g. {trace/tool-call-v0: 32}"
+            )
+        for env_id, count in self.mix_demonstrations.items():
+            if env_id == self.env_id:
+                raise ConfigError(f"mix_demonstrations names env_id {env_id}: raise demonstrations")
+            if not isinstance(count, int) or not 1 <= count <= PHASE_TASKS:
+                raise ConfigError(
+                    f"mix_demonstrations[{env_id}]={count!r} must be a count in [1, {PHASE_TASKS}]"
+                )
         if self.save_total_limit is not None and self.save_total_limit < 1:
             raise ConfigError(
                 f"save_total_limit={self.save_total_limit}; keep at least 1, or null for all"
@@ -397,6 +414,10 @@ def preset_path(name_or_path: str) -> Path:
     raise ConfigError(f"no config file or preset {name_or_path!r}; presets: {known}")
 
 
+MAPPING_FIELDS = ("env_kwargs", "mix_demonstrations")
+"""Config fields whose value is a mapping; any other mapping in a file is a command's section."""
+
+
 def load_config(
     cls: type[T],
     source: str | list[str] | None = None,
@@ -424,7 +445,7 @@ def load_config(
         if section and isinstance(data.get(section), dict):
             data = data[section]
         values.update(
-            {k: v for k, v in data.items() if not isinstance(v, dict) or k == "env_kwargs"}
+            {k: v for k, v in data.items() if not isinstance(v, dict) or k in MAPPING_FIELDS}
         )
     values.update({k: v for k, v in (overrides or {}).items() if v is not None or not drop_none})
     known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]

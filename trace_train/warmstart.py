@@ -43,17 +43,20 @@ class WarmstartResult:
 
 def demonstration_specs(cfg: WarmstartConfig) -> list[EpisodeSpec]:
     """The warm start's part of the train split (``trace_train.task_seeds``: GRPO never
-    draws these seeds); difficulties spread evenly over [0, 1] unless fixed."""
-    n = cfg.demonstrations
-    return [
-        EpisodeSpec(
-            cfg.env_id,
-            task_seed,
-            i / max(1, n - 1) if cfg.difficulty_spread else cfg.difficulty,
-            "train",
-        )
-        for i, task_seed in enumerate(task_seeds.phase_seeds("warmstart", cfg.seed, n))
-    ]
+    draws these seeds) of ``env_id``, then of each ``mix_demonstrations`` id; difficulties
+    spread evenly over [0, 1] unless fixed."""
+    specs = []
+    for env_id, n in {cfg.env_id: cfg.demonstrations, **cfg.mix_demonstrations}.items():
+        specs += [
+            EpisodeSpec(
+                env_id,
+                task_seed,
+                i / max(1, n - 1) if cfg.difficulty_spread else cfg.difficulty,
+                "train",
+            )
+            for i, task_seed in enumerate(task_seeds.phase_seeds("warmstart", cfg.seed, n))
+        ]
+    return specs
 
 
 def oracle_generate(fmt: ChatFormat) -> tuple[Generate, dict]:
@@ -89,15 +92,17 @@ def demonstrations(
     generate, state = oracle_generate(fmt)
     rows = []
     counts = counts if counts is not None else {}
-    counts.update(requested=cfg.demonstrations, unfinished=0, truncated=0)
+    specs = demonstration_specs(cfg)
+    counts.update(requested=len(specs), unfinished=0, truncated=0)
     # Hundreds of long service-desk episodes take minutes: a bar with the time remaining
     # (main process only; the others play the same demonstrations silently).
     specs = tqdm(
-        demonstration_specs(cfg), desc="demonstrations", leave=False,
+        specs, desc="demonstrations", leave=False,
         disable=not (show_progress and distributed.is_main()),
     )  # fmt: skip
     for spec in specs:
-        env = gym.make(spec.env_id, disable_env_checker=True, **cfg.env_kwargs)
+        env_kwargs = cfg.env_kwargs if spec.env_id == cfg.env_id else {}
+        env = gym.make(spec.env_id, disable_env_checker=True, **env_kwargs)
         env.reset(seed=spec.task_seed, options={"difficulty": spec.difficulty, "split": "train"})
         state["plan"], state["turn"] = [action_text(a) for a in env.unwrapped.oracle_actions()], 0
         env.close()
@@ -109,7 +114,7 @@ def demonstrations(
             max_new_tokens=cfg.max_length,
             max_completion_tokens=cfg.max_length,
             reward_mode=cfg.reward_mode,
-            env_kwargs=cfg.env_kwargs,
+            env_kwargs=env_kwargs,
             agent_name="oracle",
             tool_prompt=cfg.tool_prompt,
         )
@@ -289,7 +294,10 @@ def _provenance(cfg: WarmstartConfig, base: str, adapter_dir: Path, model: Any) 
             "eval_decode": evaluation["decode"],
         },
         seeds={"run_seed": cfg.seed,
-               "tasks": task_seeds.record("warmstart", cfg.seed, cfg.demonstrations)},
+               "tasks": task_seeds.record("warmstart", cfg.seed, cfg.demonstrations),
+               **({"mixed_in_tasks": {env_id: task_seeds.record("warmstart", cfg.seed, n)
+                                      for env_id, n in cfg.mix_demonstrations.items()}}
+                  if cfg.mix_demonstrations else {})},
     )  # fmt: skip
 
 

@@ -190,3 +190,52 @@ def test_every_checkpoint_is_kept_and_the_record_hashes_the_adapter(tmp_path, tm
     assert record["dtypes"]["weights"] == "float32" and record["dtypes"]["update"] == "float32"
     assert {"model_name", "flags", "logical_cores"} <= set(record["machine"]["cpu"])
     assert "dirty" in record["git"]
+
+
+def test_mixed_in_demonstrations_come_from_each_ids_warmstart_seeds(tmp_path, tmp_path_factory):
+    """A composite target's warm start can add its members' own episodes; each id draws the
+    warm start's seeds (never GRPO's), and the target's env_kwargs stay with the target."""
+    from transformers import AutoTokenizer
+
+    from trace_train import task_seeds
+    from trace_train.config import load_config
+    from trace_train.warmstart import demonstration_specs
+
+    cfg = WarmstartConfig(
+        model="unused", env_id="trace/desk-lite-v0", demonstrations=2, difficulty=0.0,
+        difficulty_spread=False, max_turns=10, env_kwargs={"config": {"max_requests": 2}},
+        mix_demonstrations={"trace/tool-call-v0": 3, "trace/clarify-v0": 1},
+    )  # fmt: skip
+    specs = demonstration_specs(cfg)
+    assert [s.env_id for s in specs] == ["trace/desk-lite-v0"] * 2 + ["trace/tool-call-v0"] * 3 + [
+        "trace/clarify-v0"
+    ]
+    assert [s.task_seed for s in specs[2:5]] == task_seeds.phase_seeds("warmstart", 0, 3)
+    assert not set(s.task_seed for s in specs) & set(task_seeds.phase_seeds("grpo", 0, 100))
+    tok = AutoTokenizer.from_pretrained(build_env_tiny(tmp_path_factory.getbasetemp()))
+    counts: dict[str, int] = {}
+    # tool-call-v0 has no max_requests knob: the target's config reaching it would fail
+    rows = demonstrations(cfg, ChatFormat(tok), counts, show_progress=False)
+    assert counts["requested"] == 6 and len(rows) + counts["unfinished"] == 6
+    texts = [tok.decode(r["input_ids"]) for r in rows]
+    assert any("## Request 2" in t for t in texts)  # a desk-lite episode
+    assert any("one precise tool call" in t for t in texts)  # a tool-call-v0 one
+
+    path = tmp_path / "ws.yaml"
+    path.write_text("warmstart:\n  mix_demonstrations:\n    trace/tool-call-v0: 4\n")
+    assert load_config(WarmstartConfig, str(path)).mix_demonstrations == {"trace/tool-call-v0": 4}
+
+
+def test_mixed_in_demonstrations_are_checked(tmp_path_factory):
+    import pytest
+
+    from trace_train.config import ConfigError
+
+    for mix, message in [
+        ({"trace/tool-call-v0": 0}, r"must be a count in \[1, "),
+        ({"trace/tool-call-v0": "4"}, r"must be a count"),
+        ({"trace/precondition-v0": 2}, "names env_id"),
+        (["trace/tool-call-v0"], "mapping of environment id to count"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            WarmstartConfig(model="unused", mix_demonstrations=mix)
