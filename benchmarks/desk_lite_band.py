@@ -122,10 +122,17 @@ def mix_record(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def training_loss(log: Path) -> dict[str, Any]:
-    """The warm start's first and last logged training loss (how far it fit its demos)."""
+    """The warm start's training loss: first step, last step, and the mean of the last ten
+    steps (one step's batch of 4 is noisy): how far it fit its demonstrations."""
     rows = [json.loads(line) for line in log.read_text().split("\n") if line.strip()] if log.exists() else []  # fmt: skip
-    losses = [r["loss"] for r in rows if "loss" in r]
-    return {"loss_first": losses[0], "loss_last": losses[-1]} if losses else {}
+    losses = [r["train/loss"] for r in rows if "train/loss" in r]
+    if not losses:
+        return {}
+    return {
+        "loss_first": round(losses[0], 4),
+        "loss_last": round(losses[-1], 4),
+        "loss_last_10_steps_mean": round(statistics.fmean(losses[-10:]), 4),
+    }
 
 
 def first_failed(required: list[str], lacking: list[str]) -> str | None:
@@ -190,6 +197,12 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if r["failed_on"] is not None:
             failed_on[r["failed_on"]] = failed_on.get(r["failed_on"], 0) + 1
     rate = wins / n if n else 0.0
+    first_solved: dict[str, list[int]] = {}
+    for r in rows:  # the first request is the one every episode reaches
+        if r["required_capabilities"]:
+            tally = first_solved.setdefault(r["required_capabilities"][0], [0, 0])
+            tally[0] += r["required_capabilities"][0] not in r["lacking_capabilities"]
+            tally[1] += 1
     return {
         "tasks": n,
         "successes": wins,
@@ -197,6 +210,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "success_ci95_wilson": [round(low, 4), round(high, 4)],
         "in_band": BAND[0] <= rate <= BAND[1],
         "failures_by_first_failed_capability": dict(sorted(failed_on.items())),
+        "first_request_solved_by_capability": {
+            c: f"{k}/{m}" for c, (k, m) in sorted(first_solved.items())
+        },
         "mean_reward": round(statistics.fmean(r["reward"] for r in rows), 4) if rows else 0.0,
     }
 
