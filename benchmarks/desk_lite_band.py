@@ -53,7 +53,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=float, default=2.0)
     p.add_argument("--warmstart-lr", type=float, default=None,
                    help="warm-start learning rate (default: the cpu_smollm2 preset's 2e-4)")  # fmt: skip
-    p.add_argument("--lora-rank", type=int, default=None, help="warm-start LoRA rank (preset: 16)")
+    p.add_argument(
+        "--lora-rank",
+        type=int,
+        default=None,
+        help="warm-start LoRA rank, alpha set equal (preset: 16)",
+    )
     p.add_argument("--lora-targets", default=None,
                    help="comma-separated modules the warm-start adapter wraps (preset: q,k,v,o)")  # fmt: skip
     p.add_argument("--mix", default=None,

@@ -89,6 +89,14 @@ def demonstrations(
     import gymnasium as gym
     from tqdm.auto import tqdm
 
+    import trace_gym
+
+    unknown = sorted(set(cfg.mix_demonstrations) - set(trace_gym.registered_ids()))
+    if unknown:
+        raise ValueError(
+            f"mix_demonstrations: unknown env id(s) {unknown}; registered: "
+            f"{trace_gym.registered_ids()}"
+        )
     generate, state = oracle_generate(fmt)
     rows = []
     counts = counts if counts is not None else {}

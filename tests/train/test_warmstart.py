@@ -239,3 +239,7 @@ def test_mixed_in_demonstrations_are_checked(tmp_path_factory):
     ]:
         with pytest.raises(ConfigError, match=message):
             WarmstartConfig(model="unused", mix_demonstrations=mix)
+    with pytest.raises(ValueError, match=r"unknown env id\(s\) \['trace/no-such-v0'\]"):
+        demonstrations(
+            WarmstartConfig(model="unused", mix_demonstrations={"trace/no-such-v0": 2}), None
+        )
