@@ -129,7 +129,9 @@ def mix_record(args: argparse.Namespace) -> dict[str, Any]:
 def training_loss(log: Path) -> dict[str, Any]:
     """The warm start's training loss: first step, last step, and the mean of the last ten
     steps (one step's batch of 4 is noisy): how far it fit its demonstrations."""
-    rows = [json.loads(line) for line in log.read_text().split("\n") if line.strip()] if log.exists() else []  # fmt: skip
+    from trace_train.runlog import read_log
+
+    rows = read_log(log) if log.exists() else []
     losses = [r["train/loss"] for r in rows if "train/loss" in r]
     if not losses:
         return {}
