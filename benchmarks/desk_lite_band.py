@@ -1,12 +1,14 @@
-"""Does the warm-started SmolLM2-135M solve 10-40 % of held-out ``trace/desk-lite-v0`` tasks?
+"""Does the warm-started SmolLM2-135M solve 10-40 % of held-out desk-lite tasks?
 
 Issue 26 needs a target the base model sometimes solves, so that targeted adapters and plain
 GRPO can both learn and be told apart. This measures the band for one design (an *attempt*):
 
-1. ``warmstart``: ``trace-train warmstart`` on oracle demonstrations of desk-lite at difficulty
+1. ``warmstart``: ``trace-train warmstart`` on oracle demonstrations of ``--env`` at difficulty
    0 (``difficulty_spread`` off), the warm start's part of the train split
    (``trace_train.task_seeds``, disjoint from GRPO's and from every held-out split), compact
    prompt. Resumes from its checkpoints; none is deleted (``save_total_limit`` unset).
+   ``--adapter DIR`` skips it and evaluates a stored adapter (its hash and rebuild command
+   are recorded), e.g. one warm-started on another desk-lite version.
 2. ``eval``: ``trace-train eval`` of base + adapter on ``--heldout`` seeds of ``--split``
    (``eval`` by default: held out from training, and not the ``test`` split a later
    pre-registered comparison reports on), difficulty 0, greedy.
@@ -36,6 +38,7 @@ from typing import Any
 from trace_gym.episodes import read_episodes
 
 ENV_ID = "trace/desk-lite-v0"
+"""The default target (the first six attempts); ``--env trace/desk-lite-v1`` the pair."""
 BAND = (0.10, 0.40)
 """The held-out success band the issue asks of the warm-started model."""
 
@@ -45,6 +48,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--attempt", required=True, help="name of this design attempt in --out")
     p.add_argument("--design", default="2 requests at difficulty 0 (tool-call, clarify, "
                    "recover-communicate)", help="what this attempt's design is, in words")  # fmt: skip
+    p.add_argument("--env", default=ENV_ID, help="the desk-lite id to warm-start and evaluate")
+    p.add_argument("--adapter", default=None,
+                   help="a stored adapter (trace-train store-adapter) to evaluate: no warm start")  # fmt: skip
     p.add_argument("--run-dir", default="runs/desk_lite_band", help="evaluation and markers")
     p.add_argument("--warmstart-dir", default="runs/desk_lite_warmstart",
                    help="the warm start's run folder (its adapter, checkpoints and log)")  # fmt: skip
@@ -74,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def warmstart_command(args: argparse.Namespace) -> list[str]:
     return [
-        "trace-train", "warmstart", "--config", "cpu_smollm2", "--env-id", ENV_ID,
+        "trace-train", "warmstart", "--config", "cpu_smollm2", "--env-id", args.env,
         "--difficulty", "0.0", "--difficulty-spread", "false",
         "--demonstrations", str(args.demos), "--epochs", f"{args.epochs:g}",
         "--max-turns", str(args.max_turns), "--max-completion-tokens", "1536",
@@ -90,13 +96,13 @@ def warmstart_command(args: argparse.Namespace) -> list[str]:
 
 
 def adapter_dir(args: argparse.Namespace) -> Path:
-    return Path(args.warmstart_dir) / "adapter"
+    return Path(args.adapter) if args.adapter else Path(args.warmstart_dir) / "adapter"
 
 
 def eval_command(args: argparse.Namespace, run: Path) -> list[str]:
     return [
         "trace-train", "eval", "--policy", f"hf:embedded+adapter:{adapter_dir(args)}",
-        "--env", ENV_ID, "--episodes", str(args.heldout), "--difficulty", "0.0",
+        "--env", args.env, "--episodes", str(args.heldout), "--difficulty", "0.0",
         "--split", args.split, "--seed-start", "0", "--temperature", "0.0",
         "--max-turns", str(args.max_turns), "--max-new-tokens", "128",
         "--max-completion-tokens", "1536", "--tool-prompt", "compact",
@@ -142,6 +148,17 @@ def training_loss(log: Path) -> dict[str, Any]:
     }
 
 
+def stored_adapter_record(args: argparse.Namespace) -> dict[str, Any]:
+    """A stored adapter's hash, rebuild command and training settings (its provenance)."""
+    stored = json.loads((adapter_dir(args) / "provenance.json").read_text())
+    return {
+        "stored_adapter": str(adapter_dir(args)),
+        "sha256": stored["sha256"],
+        "rebuild": stored["rebuild"],
+        "trained_on": stored.get("training", {}).get("env_id"),
+    }
+
+
 def first_failed(required: list[str], lacking: list[str]) -> str | None:
     """The first request (in the order the customer raised them) whose capability failed:
     a request never reached also fails, but the episode broke down at the first one."""
@@ -180,7 +197,7 @@ def prompt_tokens(args: argparse.Namespace) -> dict[str, Any]:
     from trace_train.rollout import ChatFormat
 
     fmt = ChatFormat(AutoTokenizer.from_pretrained(embedded_model_path()))
-    env = gym.make(ENV_ID, disable_env_checker=True, tool_prompt="compact")
+    env = gym.make(args.env, disable_env_checker=True, tool_prompt="compact")
     counts = []
     for seed in range(args.heldout):
         _, info = env.reset(seed=seed, options={"difficulty": 0.0, "split": args.split})
@@ -250,14 +267,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     run = Path(args.run_dir)
     run.mkdir(parents=True, exist_ok=True)
-    warm = run_phase(run, "warmstart", warmstart_command(args))
+    warm = None if args.adapter else run_phase(run, "warmstart", warmstart_command(args))
     evaluated = run_phase(run, "eval", eval_command(args, run))
     rows = outcomes(run / "eval" / "episodes.jsonl")
     from trace_train import task_seeds
 
     attempt = {
         "design": args.design,
-        "warmstart": {
+        "env_id": args.env,
+        "warmstart": stored_adapter_record(args)
+        if args.adapter
+        else {
             **warm,
             "demonstrations": args.demos,
             "epochs": args.epochs,

@@ -26,4 +26,4 @@ def test_golden_task_hashes(row: dict) -> None:
 
 def test_table_covers_every_hand_written_environment_family() -> None:
     ids = {r["env_id"] for r in TABLE}
-    assert len(ids) == 14 and all(len(r["hashes"]) == len(r["seeds"]) >= 2 for r in TABLE)
+    assert len(ids) == 15 and all(len(r["hashes"]) == len(r["seeds"]) >= 2 for r in TABLE)
