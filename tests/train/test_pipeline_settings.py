@@ -286,6 +286,8 @@ EXPECTED: dict[str, tuple[Any, Check]] = {
     "diagnose.agent": ("deficit:precondition=0.5:1", lambda r, v, tmp: every(
         evals(r, "rollout-base"), lambda e: e.policy == v and e.max_turns is None)),
     "diagnose.episodes": (17, lambda r, v, tmp: every(evals(r, "rollout-base"), lambda e: e.episodes == v)),
+    "diagnose.split": ("train", lambda r, v, tmp: every(  # grpo.seed 0's GRPO part
+        evals(r, "rollout-base"), lambda e: e.split == v and e.seed_start == 500_000)),
     "diagnose.label_runs": (4, lambda r, v, tmp: every(r.get("diagnosis"), lambda d: d.n_runs == v)),
     "diagnose.max_cost": (1.5, lambda r, v, tmp: every(r.get("diagnosis"), lambda d: d.llm.max_cost == v)),
     "synthesize.llm": ("openai/writer", lambda r, v, tmp: (
@@ -315,7 +317,7 @@ EXPECTED: dict[str, tuple[Any, Check]] = {
 GRPO_VALUES = {
     "steps": 3, "group_size": 6, "groups_per_step": 3, "micro_batch_size": 2, "eval_episodes": 1,
     "max_turns": 7, "max_new_tokens": 40, "max_completion_tokens": 300, "difficulty_max": 0.9,
-    "env_kwargs": {"config": {"n_fillers": 8}}, "difficulty": 0.75,
+    "env_kwargs": {"config": {"n_fillers": 8}}, "difficulty": 0.75, "seed": 3,
 }  # fmt: skip
 """A valid value, different from the base run's, for each documented ``grpo.`` setting."""
 WARMSTART_VALUES = {
@@ -427,6 +429,7 @@ def test_the_cli_prints_an_old_key_as_one_warning_line(tmp_path, recorded, capsy
         ("warmstart.tool_prompt", "compact", "warmstart.tool_prompt is set by the run: warm"),
         ("grpo.micro_batch_size", 3, "micro_batch_size=3 must divide group_size*groups_per_step"),
         ("grpo.difficulty_max", 0.1, "grpo (preset cpu_smollm2 with this run's settings): "),
+        ("diagnose.split", "test", "diagnose.split='test'; use eval (default) or train"),
         ("evaluate.episdoes", 3, "evaluate.episdoes: unknown setting; did you mean 'episodes'?"),
     ],
 )

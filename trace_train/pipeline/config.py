@@ -68,7 +68,12 @@ class DiagnoseSettings:
     model itself (after warm start). A scripted ``deficit:...`` agent stands in for an agent
     with known gaps when you want to check the diagnosis against a planted answer."""
     episodes: int = 40
-    """Episodes of the diagnosed agent on the target's ``eval`` split."""
+    """Episodes of the diagnosed agent on the target (``split``)."""
+    split: str = "eval"
+    """Where those episodes come from: ``eval`` (seeds 0 ..., held out from every training
+    phase) or ``train`` (as the paper does: the GRPO part of the train split for ``grpo.seed``,
+    ``trace_train.task_seeds``, i.e. tasks plain GRPO trains on and no warm start has shown).
+    Either way disjoint from the ``test`` split the final comparison uses."""
     label_runs: int = 3
     """Independent LLM labelling runs (the paper uses 10); without ``llm`` the environment's
     ground truth labels once."""
@@ -78,6 +83,8 @@ class DiagnoseSettings:
     def __post_init__(self) -> None:
         _check_types(self, "diagnose.")
         _at_least_one(self, "diagnose", "episodes", "label_runs")
+        if self.split not in ("eval", "train"):
+            raise PipelineError(f"diagnose.split={self.split!r}; use eval (default) or train")
 
 
 @dataclass
@@ -320,7 +327,9 @@ class PipelineConfig:
                     "env_urls": list(self.env_urls)}  # fmt: skip
         return _resolve(GRPORunConfig, "grpo", self.preset, {**from_run, **self.grpo, **extra})
 
-    def eval_config(self, policy: str, episodes: int, split: str, out: Path) -> EvalConfig:
+    def eval_config(
+        self, policy: str, episodes: int, split: str, out: Path, seed_start: int = 0
+    ) -> EvalConfig:
         """``policy`` on the target: the run's difficulty and tool prompt; a model policy
         plays under ``generation:``'s limits, a scripted agent the environment's own turn
         limit (cutting it short would plant failures it does not have)."""
@@ -331,6 +340,7 @@ class PipelineConfig:
             episodes=episodes,
             difficulty=self.difficulty,
             split=split,
+            seed_start=seed_start,
             out_dir=str(out),
             batch_size=self.generation.batch_size,
             max_turns=self.generation.max_turns if is_model else None,

@@ -266,6 +266,7 @@ def build_context(run: Any) -> dict[str, Any]:
         "base_model": run.base_model if run.output("warmstart") else cfg.model,
         "base_policy": run.output("rollout-base").get("policy"),
         "trajectories": run.output("rollout-base").get("trajectories", []),
+        "diagnosed_tasks": run.output("rollout-base").get("tasks"),
         "diagnosis_method": diagnose.get("method"),
         "core": analysis.get("core", []),
         "capability_stats": [

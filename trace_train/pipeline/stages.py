@@ -38,11 +38,14 @@ Say = Callable[[str], None]
 """Where a stage reports progress (``print`` on the console, a list in tests)."""
 
 
-def _evaluate(run: Run, policy: str, episodes: int, split: str, out: Path, label: str) -> dict:
+def _evaluate(
+    run: Run, policy: str, episodes: int, split: str, out: Path, label: str, seed_start: int = 0
+) -> dict:
     """``policy`` on the target (``PipelineConfig.eval_config``); returns its summary."""
     from trace_train.evaluate import evaluate
 
-    return evaluate(run.config.eval_config(policy, episodes, split, out), label=label)
+    cfg = run.config.eval_config(policy, episodes, split, out, seed_start)
+    return evaluate(cfg, label=label)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,16 +130,31 @@ def _merge_adapter(base: str, adapter: Path, out: Path) -> None:
 # [1] diagnose: the agent's trajectories -> the capabilities it lacks
 # ---------------------------------------------------------------------------------------------
 def stage_rollout_base(run: Run, say: Say) -> dict[str, Any]:
-    """The diagnosed agent on the target's eval split (or the given trajectories)."""
+    """The diagnosed agent on the target's ``diagnose.split`` (or the given trajectories):
+    seeds 0 ... of the eval split, or the GRPO part of the train split for ``grpo.seed``."""
+    from trace_train import task_seeds
+
     cfg = run.config
     if cfg.trajectories:
         return {"trajectories": list(cfg.trajectories), "source": "given"}
     policy = cfg.diagnose.agent or f"hf:{run.base_model}"
-    out, episodes = run.path("rollout-base"), cfg.diagnose.episodes
-    summary = _evaluate(run, policy, episodes, "eval", out, "base agent")
+    out, episodes, split = run.path("rollout-base"), cfg.diagnose.episodes, cfg.diagnose.split
+    start = 0
+    if split == "train":
+        grpo_seed = cfg.grpo_config(model=cfg.model, env_id=cfg.target, out=run.dir).seed
+        start = task_seeds.phase_seeds("grpo", grpo_seed, episodes)[0]
+    summary = _evaluate(run, policy, episodes, split, out, "base agent", seed_start=start)
     rate = summary["overall"]["success_rate"]
-    say(f"base agent ({policy}) on {cfg.target}: success {rate:.0%} over {episodes}")
-    return {"trajectories": [str(out / "episodes.jsonl")], "policy": policy, "source": "rollout"}
+    say(
+        f"base agent ({policy}) on {cfg.target} ({split} split): success {rate:.0%} over {episodes}"
+    )
+    seeds = {"split": split, "first": start, "count": episodes}
+    return {
+        "trajectories": [str(out / "episodes.jsonl")],
+        "policy": policy,
+        "source": "rollout",
+        "tasks": seeds,
+    }
 
 
 def stage_diagnose(run: Run, say: Say) -> dict[str, Any]:
