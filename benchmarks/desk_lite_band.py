@@ -301,7 +301,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     out = Path(args.out)
     report = json.loads(out.read_text()) if out.exists() else {}
-    report.setdefault("env_id", ENV_ID)
     report["band_asked"] = list(BAND)
     report.setdefault("attempts", {})[args.attempt] = attempt
     out.write_text(json.dumps(report, indent=1) + "\n")
