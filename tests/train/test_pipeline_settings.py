@@ -259,7 +259,8 @@ EXPECTED: dict[str, tuple[Any, Check]] = {
         not evals(r, "rollout-base") and r.get("diagnosis", "diagnose")[0].inputs == v)),
     "model": ("{tmp}/other-base", lambda r, v, tmp: every(r.get("warmstart"), lambda w: w.model == v)),
     "warm_start_adapter": ("{tmp}/kept", lambda r, v, tmp: (
-        not r.get("warmstart") and r.get("stored") == [(Path(v), str(tmp / "base"))])),
+        not r.get("warmstart") and r.get("stored") == [(Path(v), str(tmp / "base"))]
+        and f"sha256 <code>{'0' * 64}</code>" in (tmp / "run" / "report.html").read_text())),
     "difficulty": (0.35, lambda r, v, tmp: every(
         evals(r, "rollout-base") + evals(r, "evaluate") + r.get("grpo"), lambda c: c.difficulty == v)),
     "tool_prompt": ("compact", lambda r, v, tmp: every(
@@ -283,6 +284,8 @@ EXPECTED: dict[str, tuple[Any, Check]] = {
     "preset": ("{tmp}/other-preset.yaml", lambda r, v, tmp: (
         every(r.get("grpo"), lambda g: g.lora_rank == 5)
         and every(r.get("warmstart"), lambda w: w.lora_rank == 5))),
+    "report_note": ("demo budgets <b>only</b>", lambda r, v, tmp: (
+        "demo budgets &lt;b&gt;only&lt;/b&gt;" in (tmp / "run" / "report.html").read_text())),
     "diagnose.agent": ("deficit:precondition=0.5:1", lambda r, v, tmp: every(
         evals(r, "rollout-base"), lambda e: e.policy == v and e.max_turns is None)),
     "diagnose.episodes": (17, lambda r, v, tmp: every(evals(r, "rollout-base"), lambda e: e.episodes == v)),

@@ -264,6 +264,9 @@ class PipelineConfig:
     """A stored warm-start adapter (``trace_train.stored_adapter``: bfloat16 weights, their
     hash and the training record) merged into the base model instead of training one; checked
     against its hash and the base model's weights. Excludes ``warmstart.demonstrations``."""
+    report_note: str | None = None
+    """A paragraph at the top of the report: what its numbers are and are not (a demo's
+    small budgets, where the recorded benchmark is)."""
     grpo: dict[str, Any] = field(default_factory=dict)
     """Overrides of the preset's GRPO settings for every adapter and for plain GRPO (e.g.
     ``{steps: 4, group_size: 4}``)."""

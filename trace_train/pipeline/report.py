@@ -267,6 +267,8 @@ def build_context(run: Any) -> dict[str, Any]:
         "base_policy": run.output("rollout-base").get("policy"),
         "trajectories": run.output("rollout-base").get("trajectories", []),
         "diagnosed_tasks": run.output("rollout-base").get("tasks"),
+        "warm_start": run.output("warmstart"),
+        "report_note": cfg.report_note,
         "diagnosis_method": diagnose.get("method"),
         "core": analysis.get("core", []),
         "capability_stats": [
