@@ -38,7 +38,7 @@ from typing import Any
 from trace_gym.episodes import read_episodes
 
 ENV_ID = "trace/desk-lite-v0"
-"""The default target (the first six attempts); ``--env trace/desk-lite-v1`` the pair."""
+"""The default target (attempts a1-a7); ``--env trace/desk-lite-v1`` the two-member one."""
 BAND = (0.10, 0.40)
 """The held-out success band the issue asks of the warm-started model."""
 
