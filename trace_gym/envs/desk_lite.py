@@ -81,6 +81,11 @@ TOOLS = (
 MOST_REQUESTS = len(POOL)
 TOGETHER_AT_MAX = 0.5
 """Chance at difficulty 1 that a task with several requests raises them all at once."""
+TOGETHER_RATES = (
+    KnobRate("together", 0.0, 0.0, 0.0),
+    KnobRate("together", 1.0, TOGETHER_AT_MAX, 0.05),
+)
+"""How often the requests come all at once, by difficulty (v0 and v1 alike)."""
 
 
 @dataclass(frozen=True)
@@ -148,8 +153,7 @@ SPEC = CapabilitySpec(
     knob_rates=(
         KnobRate("n_requests", 0.0, 1.0, 0.0, equals=2),
         KnobRate("n_requests", 1.0, 0.5, 0.05, equals=3),
-        KnobRate("together", 0.0, 0.0, 0.0),
-        KnobRate("together", 1.0, 0.5, 0.05),
+        *TOGETHER_RATES,
     ),
     # distinct masked task templates: 199-200 of 200 seeds at d = 0, 0.5 and 1
     template_floor=700,

@@ -98,8 +98,7 @@ SPEC = dataclasses.replace(
     knob_rates=(
         KnobRate("n_requests", 0.0, 1.0, 0.0, equals=2),
         KnobRate("n_requests", 1.0, 1.0, 0.0, equals=2),
-        KnobRate("together", 0.0, 0.0, 0.0),
-        KnobRate("together", 1.0, 0.5, 0.05),
+        *desk_lite.TOGETHER_RATES,
     ),
 )
 DeskLiteV1Env = SPEC.env_class
