@@ -12,6 +12,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "trace_train" / "configs"
 PIPELINES = [
     "compare_cpu.yaml",
     "demo_cpu.yaml",
+    "fair_cpu.yaml",
     "gpu_qwen3.yaml",
     "tau2_diagnose.yaml",
     "swe_cpu.yaml",
