@@ -94,22 +94,32 @@ def comparison(run_dir: Path, first: str, then: str) -> dict | None:
 
 
 def training_signal(folder: Path) -> dict:
-    """How much of a GRPO run's budget carried a gradient (groups whose rewards differed: a
-    group where every rollout scores the same has zero advantage and teaches nothing), and
-    what the run spent: tokens the model wrote and the environment returned, seconds and CPU
-    seconds of training."""
+    """How much of a GRPO run's budget carried a gradient (groups whose trained rollouts'
+    rewards differed: a group where every one scores the same has zero advantage and teaches
+    nothing), and what the run spent: tokens the model wrote and the environment returned,
+    seconds and CPU seconds of training.
+
+    Under ``hinted_rollouts: drop`` (the default) only the hint-free rollouts of a group train
+    and form its baseline, so a group counts when *they* differ: a group whose hinted
+    rollouts succeed and hint-free ones all fail has zero advantage everywhere."""
     import yaml
 
-    group_size = yaml.safe_load((folder / "config.yaml").read_text())["group_size"]
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    group_size = config["group_size"]
+    dropped = config.get("hinted_rollouts", "drop") == "drop" and config.get("hint_ratio", 0) > 0
+    share = "group/informative_share_no_hint" if dropped else "group/informative_share"
     lines = [json.loads(x) for x in (folder / "training_log.jsonl").read_text().splitlines()]
-    steps = [x for x in lines if "group/informative_share" in x]
+    steps = [x for x in lines if share in x]
     groups = sum(x["rollouts/step"] // group_size for x in steps)
-    informative = sum(round(x["group/informative_share"] * x["rollouts/step"] / group_size) for x in steps)  # fmt: skip
+    informative = sum(round(x[share] * x["rollouts/step"] / group_size) for x in steps)
     rewards = [x["reward/mean"] for x in steps]
     end = next((x for x in reversed(lines) if x.get("event") == "train_end"), {})
     return {
         "groups": groups,
         "informative_groups": informative,
+        "informative_counts": "hint-free rollouts only (hinted ones dropped)"
+        if dropped
+        else "all rollouts",
         "mean_train_reward": round(sum(rewards) / len(rewards), 4) if rewards else None,
         "tokens_model": sum(x.get("tokens/model", 0) for x in steps),
         "tokens_env": sum(x.get("tokens/env", 0) for x in steps),

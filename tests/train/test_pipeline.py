@@ -242,13 +242,34 @@ def test_evaluate_adapters_false_leaves_single_adapters_out_of_the_evaluation(tm
     assert set(stages.policies(stages.Run(cfg))) == {"base", "plain-grpo", "routed"}
 
 
-def test_targeted_vs_plain_benchmark_records_equal_budgets_and_paired_comparisons(
-    finished_run, tmp_path
-):
+def _targeted_vs_plain():
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "targeted_vs_plain.py"
     spec = importlib.util.spec_from_file_location("targeted_vs_plain", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+@pytest.mark.parametrize(("hinted_rollouts", "informative"), [("drop", 0), ("importance_weighted", 1)])  # fmt: skip
+def test_a_group_informative_only_through_dropped_hinted_rollouts_teaches_nothing(
+    tmp_path, hinted_rollouts, informative
+):
+    """Hinted rollouts succeeded, the hint-free ones all failed: under ``drop`` nothing of the
+    group trains (zero advantage), so the verdict's "informative group" must not count it."""
+    (tmp_path / "config.yaml").write_text(
+        f"group_size: 4\nhint_ratio: 0.25\nhinted_rollouts: {hinted_rollouts}\n"
+    )
+    step = {"step": 1, "rollouts/step": 4, "group/informative_share": 1.0,
+            "group/informative_share_no_hint": 0.0, "reward/mean": 0.25}  # fmt: skip
+    (tmp_path / "training_log.jsonl").write_text(json.dumps(step) + "\n")
+    signal = _targeted_vs_plain().training_signal(tmp_path)
+    assert signal["groups"] == 1 and signal["informative_groups"] == informative
+
+
+def test_targeted_vs_plain_benchmark_records_equal_budgets_and_paired_comparisons(
+    finished_run, tmp_path
+):
+    bench = _targeted_vs_plain()
     record = bench.summarize(finished_run["cfg"], "python benchmarks/targeted_vs_plain.py")
     by_name = {p["name"]: p for p in record["policies"]}
     assert {"base", "plain-grpo", "routed", "moe"} <= set(by_name)
