@@ -318,13 +318,11 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 def supports_cache_reuse(model: Any) -> bool:
     """Whether a stored KV cache can be handed to a later ``generate`` call of this model.
 
-    Not for token-level mixtures (their router carries a per-sequence state the cache does not
-    hold) nor for sliding-window attention (Gemma 3, Mistral): such a cache keeps only the
-    last window of tokens and cannot be cropped back to a shared prefix, so keying it by the
-    sequence it saw would be wrong.
+    Not for sliding-window attention (Gemma 3, Mistral): such a cache keeps only the last
+    window of tokens and cannot be cropped back to a shared prefix, so keying it by the
+    sequence it saw would be wrong. (A token-level mixture's routing state rides in the cache
+    as extra layers, ``trace_train.compose.moe.layers``, so its caches are reused too.)
     """
-    if getattr(model, "trace_moe", None) is not None:
-        return False
     config = getattr(model, "config", None)
     config = getattr(config, "text_config", None) or config
     layer_types = getattr(config, "layer_types", None)

@@ -113,6 +113,8 @@ def attach_experts(model: PreTrainedModel, config: MoEConfig) -> PreTrainedModel
         setattr(parent, child, routed.to(base.weight.device))
     model.trace_moe = state.to(next(model.parameters()).device)
     model.register_forward_pre_hook(_forward_start_hook(state), with_kwargs=True)
+    # the first block sees the forward's cache even when the model made it (a first forward)
+    layers[0].register_forward_pre_hook(_cache_hook(state), with_kwargs=True)
     for block, layer in enumerate(layers):
         norm = getattr(layer, "input_layernorm", None)
         if norm is None:
@@ -126,6 +128,13 @@ def _forward_start_hook(state: MoEState):  # noqa: ANN202 - returns a torch hook
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         past = int(cache.get_seq_length()) if cache is not None else 0
         state.start_forward(past, kwargs.get("attention_mask"))
+
+    return hook
+
+
+def _cache_hook(state: MoEState):  # noqa: ANN202 - returns a torch hook
+    def hook(_module: nn.Module, _args: tuple, kwargs: dict) -> None:
+        state.cache = kwargs.get("cache", kwargs.get("past_key_values"))
 
     return hook
 

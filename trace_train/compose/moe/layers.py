@@ -5,7 +5,10 @@ experts' low-rank factors stacked side by side, plus an implicit "base" slot (no
 small linear router per decoder block (or one global router) reads the block's normalised input
 and picks exactly one slot per token; all adapted linears of that block use it. The model stays
 the transformers ``PreTrainedModel`` it was, so ``generate`` (with its KV cache) works unchanged:
-a token's route depends only on its own hidden state, so caching cannot change it.
+a token's route depends on its own hidden state and, with the ``causal_mean`` context, on a
+running sum over the sequence so far, which rides in the KV cache itself (one extra cache layer
+per router: cumulative sums, cropped, padded, stacked and split with the keys and values), so a
+stored cache resumes the routing exactly (``trace_train.rollout`` reuses caches across turns).
 
 Forward kernels (``RouterSpec.kernel``; ``benchmarks/moe_overhead.py`` times them):
 
@@ -79,8 +82,12 @@ class MoEState(nn.Module):
         self.straight_through = False
         self.record = False
         self.recorded: dict[int, list[torch.Tensor]] = {}
-        self.carry: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # causal_mean state
         self.token_mask: torch.Tensor | None = None  # (batch, seq) 1 = real token, this forward
+        # causal_mean state lives in the forward's KV cache, after the model's own layers: one
+        # layer per router holding each position's running (sum of inputs, count of real tokens)
+        self.cache = None  # the cache of the current forward (None: no cache, nothing before)
+        self.past_length = 0
+        self.context_layers = {b: num_blocks + i for i, b in enumerate(sorted(map(int, blocks)))}
         self.capture: dict[int, list[torch.Tensor]] | None = None  # router inputs, when set
         self.source_dir: str | None = None  # folder relative adapter_dir values resolve against
         self.logits: dict[int, torch.Tensor] = {}
@@ -152,28 +159,54 @@ class MoEState(nn.Module):
             self.routes[b] = route
 
     def start_forward(self, past_length: int, attention_mask: torch.Tensor | None) -> None:
-        """Called before every model forward: a forward with an empty cache starts new
-        sequences (the causal-mean state is reset); ``attention_mask`` marks padding."""
-        if past_length == 0:
-            self.carry = {}
-        self.token_mask = attention_mask
+        """Called before every model forward: ``past_length`` tokens are cached already and
+        ``attention_mask`` marks padding; the first decoder block then hands over the cache."""
+        self.past_length, self.token_mask, self.cache = past_length, attention_mask, None
 
     def _causal_mean(self, block: int, normed: torch.Tensor) -> torch.Tensor:
-        """Mean of the block's normalised inputs over each sequence's real tokens so far."""
+        """Mean of the block's normalised inputs over each sequence's real tokens so far.
+
+        Sums run in float32 (a bfloat16 sum over thousands of tokens drifts). With a cache, the
+        running sums of the tokens before this forward are its last position of this block's
+        context layer, and this forward's are appended: padding and cropping keep them exact
+        (left padding adds zeros before the last position; a cropped cache keeps the sums of
+        the prefix it keeps)."""
         batch, seq, _ = normed.shape
         mask = self.token_mask
-        weight = mask[:, -seq:].to(normed.dtype).unsqueeze(-1) if mask is not None else None
-        total = torch.cumsum(normed * weight if weight is not None else normed, dim=1)
-        if weight is not None:
-            count = torch.cumsum(weight, dim=1)
+        if mask is not None:
+            weight = mask[:, -seq:].to(torch.float32).unsqueeze(-1)
         else:
-            count = torch.arange(1, seq + 1, dtype=normed.dtype, device=normed.device)
-            count = count.view(1, seq, 1).expand(batch, seq, 1)
-        if block in self.carry:
-            prev_total, prev_count = self.carry[block]
-            total, count = total + prev_total.unsqueeze(1), count + prev_count.unsqueeze(1)
-        self.carry[block] = (total[:, -1].detach(), count[:, -1].detach())
-        return total / count.clamp(min=1.0)
+            weight = normed.new_ones(batch, seq, 1, dtype=torch.float32)
+        running = torch.cumsum(torch.cat([normed.float() * weight, weight], dim=-1), dim=1)
+        layer = self._context_layer(block)
+        if layer is not None:
+            if self.past_length:
+                running = running + layer.keys[:, 0, -1:].to(running.dtype)
+            stored = running.detach().unsqueeze(1)
+            layer.update(stored, stored.new_zeros(*stored.shape[:-1], 0))
+        total, count = running[..., :-1], running[..., -1:]
+        return (total / count.clamp(min=1.0)).to(normed.dtype)
+
+    def _context_layer(self, block: int):  # noqa: ANN202 - a transformers cache layer
+        """This forward's cache layer of ``block``'s running sums (appended after the model's
+        own layers on first use); ``None`` without a cache."""
+        if self.cache is None:
+            return None
+        from transformers.cache_utils import DynamicLayer
+
+        index = self.context_layers[block]
+        layers = self.cache.layers
+        while len(layers) <= index:
+            layers.append(DynamicLayer())
+        layer = layers[index]
+        held = layer.keys.shape[-2] if layer.is_initialized else 0
+        if held != self.past_length:
+            raise ValueError(
+                f"the KV cache holds {self.past_length} tokens but the mixture's routing state "
+                f"for block {block} covers {held}: a cache made without the mixture (or edited "
+                "apart from its keys and values) cannot resume token routing"
+            )
+        return layer
 
     def current(self, block: int) -> BlockRoute | None:
         """The route the block's linears should use now (``None``: base only)."""
