@@ -11,6 +11,10 @@ mean of the per-class rates), which a policy that never makes the decision canno
 (:mod:`trace_gym.validation.decisions`; a composite's requests count per ``<member>:<class>``).
 Episodes the harness failed (``harness_faults``: a served environment lost mid-episode, an
 environment's internal or infrastructure error) are counted but left out of every rate.
+
+An interrupted evaluation resumes: a rerun into the same folder keeps the episodes already
+written when the policy (its files' hashes included) and every setting are the same
+(``episodes.resume.json``), and plays only the rest.
 """
 
 from __future__ import annotations
@@ -107,7 +111,10 @@ def evaluate(
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     episodes_path = out / "episodes.jsonl"
-    episodes_path.write_text("")
+    wanted = [(env_id, s) for env_id in env_ids for s in episode_specs(env_id, cfg)]
+    kept = earlier_episodes(out, _fingerprint(cfg, policy.name), wanted)
+    # rewritten with what is kept: a torn last line, or every line when nothing is kept
+    trace_gym.write_episodes(episodes_path, kept, append=False)
     batch = getattr(policy, "batch_size", None) or cfg.batch_size
     summary: dict[str, Any] = {
         "policy": policy.name,
@@ -117,11 +124,15 @@ def evaluate(
     }
     all_records = []
     bar = tqdm(
-        total=cfg.episodes * len(env_ids), desc=f"eval {label or policy.name}", disable=not progress
+        total=cfg.episodes * len(env_ids),
+        initial=len(kept),
+        desc=f"eval {label or policy.name}",
+        disable=not progress,
     )
     for env_id in env_ids:
-        specs, records = episode_specs(env_id, cfg), []
-        for i in range(0, len(specs), batch):
+        specs = episode_specs(env_id, cfg)
+        records = [r for r in kept if r["env_id"] == env_id]
+        for i in range(len(records), len(specs), batch):
             chunk = policy.play(specs[i : i + batch], settings)
             trace_gym.write_episodes(episodes_path, chunk)
             records += chunk
@@ -132,6 +143,64 @@ def evaluate(
     summary["overall"] = summarize(all_records)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
+
+
+RESUME_NAME = "episodes.resume.json"
+"""Beside ``episodes.jsonl``: what its episodes were played with, so a rerun keeps them only
+when nothing that decides an episode changed."""
+
+
+def earlier_episodes(
+    out: Path, fingerprint: dict[str, Any], wanted: list[tuple[str, EpisodeSpec]]
+) -> list[dict[str, Any]]:
+    """The episodes an interrupted evaluation in ``out`` already played, when they were played
+    with the same ``fingerprint`` (policy, its files, every setting) and are the first of
+    ``wanted`` in order; none otherwise. Records the fingerprint for the next rerun."""
+    marker = out / RESUME_NAME
+    episodes = out / "episodes.jsonl"
+    same = marker.is_file() and json.loads(marker.read_text()) == fingerprint
+    marker.write_text(json.dumps(fingerprint, indent=1, sort_keys=True) + "\n")
+    if not (same and episodes.is_file()):
+        return []
+    kept: list[dict[str, Any]] = []
+    for line, (env_id, spec) in zip(episodes.read_text().splitlines(), wanted, strict=False):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            break  # the line being written when the run stopped
+        if (record.get("env_id"), record.get("task_seed"), record.get("split")) != (
+            env_id,
+            spec.task_seed,
+            spec.split,
+        ):
+            break
+        kept.append(record)
+    return kept
+
+
+def _fingerprint(cfg: EvalConfig, policy_name: str) -> dict[str, Any]:
+    """Every setting that decides an episode, the policy's name and the sha256 of each file
+    its spec points to (a retrained adapter at the same path is another policy)."""
+    import dataclasses
+    import hashlib
+
+    settings = {
+        k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("episodes", "out_dir")
+    }
+    files = {}
+    for part in cfg.policy.replace("+adapter:", ":").split(":"):
+        root = Path(part)
+        if not part or not root.exists():
+            continue
+        for path in sorted(
+            p for p in ([root] if root.is_file() else root.rglob("*")) if p.is_file()
+        ):
+            digest = hashlib.sha256()
+            with path.open("rb") as f:
+                for block in iter(lambda f=f: f.read(1 << 20), b""):
+                    digest.update(block)
+            files[str(path)] = digest.hexdigest()
+    return {"settings": settings, "policy": policy_name, "files": files}
 
 
 def evaluate_model(

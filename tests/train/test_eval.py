@@ -30,6 +30,35 @@ def test_oracle_succeeds_and_log_replays(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["policy"] == "oracle"
 
 
+class _Counting:
+    """An oracle policy that records which task seeds it was asked to play."""
+
+    def __init__(self) -> None:
+        self.inner, self.name, self.played = parse_policy("oracle"), "oracle", []
+
+    def play(self, specs, settings):
+        self.played += [s.task_seed for s in specs]
+        return self.inner.play(specs, settings)
+
+
+def test_an_interrupted_evaluation_resumes_where_it_stopped(tmp_path):
+    cfg = EvalConfig(policy="oracle", episodes=6, batch_size=2, out_dir=str(tmp_path))
+    whole = evaluate(cfg, progress=False)
+    episodes = tmp_path / "episodes.jsonl"
+    lines = episodes.read_text().splitlines()
+    # stopped while writing the third batch: two batches and a torn line remain
+    episodes.write_text("\n".join(lines[:4]) + "\n" + lines[4][:40])
+    policy = _Counting()
+    again = evaluate(cfg, policy=policy, progress=False)
+    assert policy.played == [4, 5]  # only what was missing, the torn episode included
+    assert again["overall"] == whole["overall"]
+    assert [r["task_seed"] for r in trace_gym.read_episodes(episodes)] == list(range(6))
+    # anything that decides an episode changed: nothing is kept
+    policy = _Counting()
+    evaluate(EvalConfig(**{**cfg.__dict__, "max_turns": 3}), policy=policy, progress=False)
+    assert policy.played == list(range(6))
+
+
 def test_null_agent_fails(tmp_path):
     s = evaluate(EvalConfig(policy="null", episodes=2, out_dir=str(tmp_path)), progress=False)
     assert s["overall"]["success_rate"] == 0.0

@@ -2,8 +2,8 @@
 
 A finished stage (``done`` in ``stages.json``) is skipped, so a rerun of the same command
 resumes where it stopped (GRPO from its last checkpoint, the diagnoser from its SQLite
-cache, evaluation policy by policy); ``redo`` runs a finished stage again with the ones after
-it. With ``train: false`` the training stages are skipped.
+cache, evaluation policy by policy and batch by batch); ``redo`` runs a finished stage again
+with the ones after it. With ``train: false`` the training stages are skipped.
 
 Under ``accelerate launch --num_processes N`` every process runs this driver: the main process
 runs every stage as above, the stages that run TRL trainers (``Stage.all_processes``: the warm

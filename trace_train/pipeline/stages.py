@@ -460,7 +460,8 @@ def policies(run: Run) -> dict[str, str]:
 
 
 def stage_evaluate(run: Run, say: Say) -> dict[str, Any]:
-    """Every policy on the target's held-out split (one finished policy is never rerun)."""
+    """Every policy on the target's held-out split (one finished policy is never rerun; an
+    interrupted one resumes from its last finished batch, ``trace_train.evaluate``)."""
     settings = run.config.evaluate
     results = {}
     for name, spec in policies(run).items():
