@@ -1,0 +1,86 @@
+"""Keep a long run's finished phases in the repository, so a session on a fresh machine resumes
+it instead of starting over (``runs/`` is not committed).
+
+    python benchmarks/run_snapshot.py save runs/fair_pilot benchmarks/phases/fair_pilot
+    python benchmarks/run_snapshot.py restore benchmarks/phases/fair_pilot
+
+``save`` copies the run folder without what a resume rebuilds or no longer needs:
+``base_model/`` (the pipeline restores it from the stored warm start) and the checkpoints of a
+GRPO run whose adapter is finished; an unfinished GRPO run keeps only its newest checkpoint
+(what it resumes from). ``restore`` copies a snapshot back to the run folder its
+``config.yaml`` names, refusing to overwrite one that exists; rerunning the run's command then
+skips every finished stage and resumes the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+from pathlib import Path
+
+import yaml
+
+
+def _checkpoint_number(path: Path) -> int:
+    match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+    return int(match.group(1)) if match else -1
+
+
+def left_out(run_dir: Path) -> set[Path]:
+    """What ``save`` leaves out of ``run_dir`` (folders, relative to it)."""
+    skip = {Path("base_model")}
+    for checkpoints in run_dir.glob("train/*/checkpoints"):
+        finished = (checkpoints.parent / "adapter" / "adapter_config.json").is_file()
+        saved = sorted(checkpoints.glob("checkpoint-*"), key=_checkpoint_number)
+        for checkpoint in saved if finished else saved[:-1]:
+            skip.add(checkpoint.relative_to(run_dir))
+    return skip
+
+
+def save(run_dir: Path, dest: Path) -> None:
+    if not (run_dir / "stages.json").is_file():
+        raise SystemExit(f"{run_dir}: not a run folder (no stages.json)")
+    skip = left_out(run_dir)
+    if dest.exists():
+        shutil.rmtree(dest)  # a snapshot is replaced whole: nothing stale survives in it
+    for path in sorted(run_dir.rglob("*")):
+        rel = path.relative_to(run_dir)
+        if path.is_dir() or any(rel.is_relative_to(s) for s in skip):
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dest / rel)
+    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    print(f"saved {run_dir} -> {dest} ({size / 1e6:.1f} MB; left out: "
+          f"{', '.join(sorted(map(str, skip)))})")  # fmt: skip
+
+
+def restore(snapshot: Path) -> Path:
+    config = snapshot / "config.yaml"
+    if not config.is_file():
+        raise SystemExit(f"{snapshot}: not a run snapshot (no config.yaml)")
+    run_dir = Path(yaml.safe_load(config.read_text())["run_dir"])
+    if run_dir.exists():
+        raise SystemExit(f"{run_dir} exists: resume it as it is, or move it away first")
+    shutil.copytree(snapshot, run_dir)
+    print(f"restored {snapshot} -> {run_dir}; rerun the run's command to resume it")
+    return run_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("save", help="copy a run folder's finished phases into the repository")
+    s.add_argument("run_dir", type=Path)
+    s.add_argument("dest", type=Path)
+    r = sub.add_parser("restore", help="copy a snapshot back to its run folder")
+    r.add_argument("snapshot", type=Path)
+    args = ap.parse_args(argv)
+    if args.command == "save":
+        save(args.run_dir, args.dest)
+    else:
+        restore(args.snapshot)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""A run's finished phases are kept in the repository and restored on a fresh machine."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+
+def _snapshot():
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "run_snapshot.py"
+    spec = importlib.util.spec_from_file_location("run_snapshot", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _touch(path: Path, text: str = "x") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_save_keeps_what_a_resume_needs_and_restore_puts_it_back(tmp_path):
+    run = tmp_path / "runs" / "pilot"
+    _touch(run / "config.yaml", yaml.safe_dump({"run_dir": str(run)}))
+    _touch(run / "stages.json", "{}")
+    _touch(run / "base_model" / "model.safetensors")  # restored from the stored warm start
+    _touch(run / "train" / "done" / "adapter" / "adapter_config.json")
+    for n in (1, 2):  # a finished run needs no checkpoint
+        _touch(run / "train" / "done" / "checkpoints" / f"checkpoint-{n}" / "optimizer.pt")
+    for n in (2, 10):  # an unfinished one resumes from its newest (10, not 2: numeric order)
+        _touch(run / "train" / "going" / "checkpoints" / f"checkpoint-{n}" / "optimizer.pt")
+    _touch(run / "train" / "going" / "training_log.jsonl")
+    snapshot = _snapshot()
+    dest = tmp_path / "phases" / "pilot"
+    snapshot.save(run, dest)
+    kept = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
+    assert kept == {
+        "config.yaml",
+        "stages.json",
+        "train/done/adapter/adapter_config.json",
+        "train/going/checkpoints/checkpoint-10/optimizer.pt",
+        "train/going/training_log.jsonl",
+    }
+    with pytest.raises(SystemExit, match="exists"):
+        snapshot.restore(dest)  # never over a run folder that is there
+    (tmp_path / "runs").rename(tmp_path / "elsewhere")
+    assert snapshot.restore(dest) == run
+    assert (run / "train" / "going" / "checkpoints" / "checkpoint-10" / "optimizer.pt").is_file()
+
+
+def test_save_refuses_a_folder_that_is_not_a_run(tmp_path):
+    with pytest.raises(SystemExit, match="not a run folder"):
+        _snapshot().save(tmp_path, tmp_path / "out")
