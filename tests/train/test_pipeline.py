@@ -368,6 +368,38 @@ def test_redo_runs_a_finished_stage_again_with_the_stages_after_it(tmp_path, mon
         run_pipeline(cfg, redo="evaluation")
 
 
+def test_until_stops_after_a_stage_and_a_rerun_goes_on(tmp_path, monkeypatch):
+    """``--until compose``: a pre-registered comparison's arms train before its plan fixes the
+    test, and no held-out result exists until the rerun without it."""
+    calls: list[str] = []
+
+    def recorder(name):
+        def fn(run, say):
+            calls.append(name)
+            return {"html": str(run.path("report.html"))} if name == "report" else {}
+
+        return fn
+
+    table = with_stages(stages.STAGES, **{st.name: recorder(st.name) for st in stages.STAGES})
+    monkeypatch.setattr(stages, "STAGES", table)
+    cfg = PipelineConfig(run_dir=str(tmp_path / "run"), model="m")
+    names = [st.name for st in table]
+    log: list[str] = []
+    assert run_pipeline(cfg, say=log.append, until="compose") is None  # no report yet
+    assert calls == names[: names.index("compose") + 1]
+    assert "stopped after compose (--until); rerun without it to go on" in log
+    calls.clear()
+    assert run_pipeline(cfg, say=lambda _: None) is not None
+    assert calls == names[names.index("evaluate") :]
+    with pytest.raises(PipelineError, match="--until 'evaluation': not a stage"):
+        run_pipeline(cfg, until="evaluation")
+    # a training stage a config skips still ends the run there
+    calls.clear()
+    no_training = PipelineConfig(run_dir=str(tmp_path / "other"), model="m", train=False)
+    assert run_pipeline(no_training, say=lambda _: None, until="train") is None
+    assert "evaluate" not in calls
+
+
 def test_a_saved_evaluation_of_another_size_is_evaluated_again(tmp_path, monkeypatch):
     cfg = PipelineConfig(run_dir=str(tmp_path), model="m", evaluate={"episodes": 3})
     run = stages.Run(cfg)

@@ -8,6 +8,7 @@ Examples::
         --set train=false --llm openai/gpt-4o-mini
     trace run --config trace_train/configs/demo_cpu.yaml --set evaluate.episodes=8 --redo evaluate
     trace run --config trace_train/configs/demo_cpu.yaml --set grpo.steps=4 --redo train
+    trace run --config trace_train/configs/fair_cpu.yaml --set grpo.seed=2 --until compose
     trace status runs/demo
 
 ``--set KEY=VALUE`` sets any field of ``trace_train.pipeline.PipelineConfig`` (the value is
@@ -54,8 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = PipelineConfig.load(args.config, overrides)
     for warning in caught:
         print(f"trace: warning: {warning.message}", file=sys.stderr)
-    report = run_pipeline(config, redo=args.redo)
-    if report is not None:  # None: a helper process of accelerate launch, done after training
+    report = run_pipeline(config, redo=args.redo, until=args.until)
+    if report is not None:  # None: an accelerate helper process, or stopped by --until
         print(f"\nreport: {report}")
     return 0
 
@@ -106,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STAGE",
         help="run a finished stage again, and every stage after it (e.g. --redo evaluate "
         "after --set evaluate.episodes=50)",
+    )
+    run.add_argument(
+        "--until",
+        metavar="STAGE",
+        help="stop after this stage (e.g. --until compose: train and compose now, evaluate "
+        "with a later rerun without it)",
     )
     run.set_defaults(fn=cmd_run)
     st = sub.add_parser("status", help="which stages of a run folder finished")

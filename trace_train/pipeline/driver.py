@@ -27,22 +27,29 @@ from trace_train.pipeline.run_folder import Run
 
 
 def run_pipeline(
-    config: PipelineConfig, say: stages.Say = print, redo: str | None = None
+    config: PipelineConfig,
+    say: stages.Say = print,
+    redo: str | None = None,
+    until: str | None = None,
 ) -> Path | None:
     """Run (or resume) every stage; return the path of the final HTML report (``None`` in the
-    helper processes of ``accelerate launch``, which stop after training).
+    helper processes of ``accelerate launch``, which stop after training, and when ``until``
+    stops the run early).
 
     ``redo`` names a finished stage to run again, with every stage after it (e.g. ``evaluate``
     after raising ``evaluate.episodes``). Training resumes from its checkpoints, so a redone
-    ``train`` continues to a larger ``grpo.steps`` rather than starting over."""
+    ``train`` continues to a larger ``grpo.steps`` rather than starting over. ``until`` names
+    the last stage to run: e.g. ``compose`` trains and composes now, and a later rerun without
+    it evaluates (a pre-registered comparison's arms train before its plan fixes the test)."""
     table = stages.STAGES  # read at call time: tests swap in stage tables
     names = [stage.name for stage in table]
-    if redo is not None and redo not in names:
-        raise PipelineError(f"--redo {redo!r}: not a stage; stages are {', '.join(names)}")
+    for flag, name in (("--redo", redo), ("--until", until)):
+        if name is not None and name not in names:
+            raise PipelineError(f"{flag} {name!r}: not a stage; stages are {', '.join(names)}")
     if config.trajectories and config.train and not config.target:
         raise PipelineError("training needs a trace_gym target to evaluate on; set train: false")
     if not distributed.is_main():
-        _help_train(config, table)
+        _help_train(config, table, until)
         return None
     run = Run(config)
     saved = run.path("config.yaml")
@@ -66,25 +73,14 @@ def run_pipeline(
     stages.restore_base_model(run, say)  # a run folder resumed on a fresh clone lacks it
     for i, stage in enumerate(table, 1):
         if stage.trains and not config.train:
-            continue
-        if run.done(stage.name):
+            pass
+        elif run.done(stage.name):
             say(f"[{i}/{len(table)}] {stage.name}: done earlier, skipped")
-            continue
-        if stage.all_processes:
-            distributed.barrier()  # the helper processes join this stage
-        say(f"[{i}/{len(table)}] {stage.name} ...")
-        run.mark(stage.name, "started")
-        started, cpu_started = time.time(), time.process_time()
-        output = stage.fn(run, say)
-        # CPU seconds of this process, every thread together: what an arm cost on a shared
-        # machine, where wall time also counts the neighbours
-        run.mark(
-            stage.name,
-            "done",
-            output,
-            seconds=time.time() - started,
-            cpu_seconds=time.process_time() - cpu_started,
-        )
+        else:
+            _run_stage(run, stage, say, f"[{i}/{len(table)}]")
+        if stage.name == until:
+            say(f"stopped after {until} (--until); rerun without it to go on")
+            return None
     from trace_train.pipeline.report import closing_summary
 
     for line in closing_summary(run):
@@ -92,7 +88,27 @@ def run_pipeline(
     return Path(run.output("report")["html"])
 
 
-def _help_train(config: PipelineConfig, table: tuple[stages.Stage, ...]) -> None:
+def _run_stage(run: Run, stage: stages.Stage, say: stages.Say, number: str) -> None:
+    if stage.all_processes:
+        distributed.barrier()  # the helper processes join this stage
+    say(f"{number} {stage.name} ...")
+    run.mark(stage.name, "started")
+    started, cpu_started = time.time(), time.process_time()
+    output = stage.fn(run, say)
+    # CPU seconds of this process, every thread together: what an arm cost on a shared
+    # machine, where wall time also counts the neighbours
+    run.mark(
+        stage.name,
+        "done",
+        output,
+        seconds=time.time() - started,
+        cpu_seconds=time.process_time() - cpu_started,
+    )
+
+
+def _help_train(
+    config: PipelineConfig, table: tuple[stages.Stage, ...], until: str | None = None
+) -> None:
     """A helper process of ``accelerate launch``: wait for the main process to finish each stage
     it runs alone, run the stages every process runs, stop after the last of them."""
     distributed.barrier()  # the main process has recorded a redo in stages.json
@@ -102,15 +118,15 @@ def _help_train(config: PipelineConfig, table: tuple[stages.Stage, ...]) -> None
     shared = [i for i, s in enumerate(table) if s.all_processes and (config.train or not s.trains)]
     for stage in table[: max(shared, default=-1) + 1]:
         if stage.trains and not config.train:
-            continue
-        if not stage.all_processes:
+            pass
+        elif not stage.all_processes:
             _wait_until_done(config, stage.name)
             stages.use_environments(run.environments)  # synthesize may have written some
-            continue
-        if Run(config).done(stage.name):
-            continue
-        distributed.barrier()
-        stage.fn(Run(config), lambda _: None)  # the main process reports progress
+        elif not Run(config).done(stage.name):
+            distributed.barrier()
+            stage.fn(Run(config), lambda _: None)  # the main process reports progress
+        if stage.name == until:
+            return  # the main process stops here too
 
 
 def _wait_until_done(config: PipelineConfig, stage: str, poll_s: float = 2.0) -> None:
