@@ -107,12 +107,16 @@ def evaluate(
         cfg.decode_dtype,
         cfg.env_urls,
     )
+    # only a policy built here from its spec is known by its files: a built one may be any
+    # in-memory model, so its evaluation starts over
+    resumable = policy is None
     policy = policy or parse_policy(cfg.policy, settings)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     episodes_path = out / "episodes.jsonl"
     wanted = [(env_id, s) for env_id in env_ids for s in episode_specs(env_id, cfg)]
-    kept = earlier_episodes(out, _fingerprint(cfg, policy.name), wanted)
+    fingerprint = _fingerprint(cfg, policy.name) if resumable else None
+    kept = earlier_episodes(out, fingerprint, wanted)
     # rewritten with what is kept: a torn last line, or every line when nothing is kept
     trace_gym.write_episodes(episodes_path, kept, append=False)
     batch = getattr(policy, "batch_size", None) or cfg.batch_size
@@ -151,15 +155,20 @@ when nothing that decides an episode changed."""
 
 
 def earlier_episodes(
-    out: Path, fingerprint: dict[str, Any], wanted: list[tuple[str, EpisodeSpec]]
+    out: Path, fingerprint: dict[str, Any] | None, wanted: list[tuple[str, EpisodeSpec]]
 ) -> list[dict[str, Any]]:
     """The episodes an interrupted evaluation in ``out`` already played, when they were played
     with the same ``fingerprint`` (policy, its files, every setting) and are the first of
-    ``wanted`` in order; none otherwise. Records the fingerprint for the next rerun."""
+    ``wanted`` in order; none otherwise (and none without a fingerprint). Records the
+    fingerprint for the next rerun."""
     marker = out / RESUME_NAME
     episodes = out / "episodes.jsonl"
-    same = marker.is_file() and json.loads(marker.read_text()) == fingerprint
-    marker.write_text(json.dumps(fingerprint, indent=1, sort_keys=True) + "\n")
+    same = fingerprint is not None and marker.is_file()
+    same = same and json.loads(marker.read_text()) == fingerprint
+    if fingerprint is None:
+        marker.unlink(missing_ok=True)
+    else:
+        marker.write_text(json.dumps(fingerprint, indent=1, sort_keys=True) + "\n")
     if not (same and episodes.is_file()):
         return []
     kept: list[dict[str, Any]] = []
@@ -195,11 +204,8 @@ def _fingerprint(cfg: EvalConfig, policy_name: str) -> dict[str, Any]:
         for path in sorted(
             p for p in ([root] if root.is_file() else root.rglob("*")) if p.is_file()
         ):
-            digest = hashlib.sha256()
             with path.open("rb") as f:
-                for block in iter(lambda f=f: f.read(1 << 20), b""):
-                    digest.update(block)
-            files[str(path)] = digest.hexdigest()
+                files[str(path)] = hashlib.file_digest(f, "sha256").hexdigest()
     return {"settings": settings, "policy": policy_name, "files": files}
 
 

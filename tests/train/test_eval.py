@@ -41,22 +41,33 @@ class _Counting:
         return self.inner.play(specs, settings)
 
 
-def test_an_interrupted_evaluation_resumes_where_it_stopped(tmp_path):
+def test_an_interrupted_evaluation_resumes_where_it_stopped(tmp_path, monkeypatch):
+    import trace_train.policies
+
+    built: list[_Counting] = []
+
+    def parse(spec, settings=None):  # the policy evaluate builds from its spec, counting
+        built.append(_Counting())
+        return built[-1]
+
+    monkeypatch.setattr(trace_train.policies, "parse_policy", parse)
     cfg = EvalConfig(policy="oracle", episodes=6, batch_size=2, out_dir=str(tmp_path))
     whole = evaluate(cfg, progress=False)
     episodes = tmp_path / "episodes.jsonl"
     lines = episodes.read_text().splitlines()
     # stopped while writing the third batch: two batches and a torn line remain
     episodes.write_text("\n".join(lines[:4]) + "\n" + lines[4][:40])
-    policy = _Counting()
-    again = evaluate(cfg, policy=policy, progress=False)
-    assert policy.played == [4, 5]  # only what was missing, the torn episode included
+    again = evaluate(cfg, progress=False)
+    assert built[-1].played == [4, 5]  # only what was missing, the torn episode included
     assert again["overall"] == whole["overall"]
     assert [r["task_seed"] for r in trace_gym.read_episodes(episodes)] == list(range(6))
     # anything that decides an episode changed: nothing is kept
-    policy = _Counting()
-    evaluate(EvalConfig(**{**cfg.__dict__, "max_turns": 3}), policy=policy, progress=False)
-    assert policy.played == list(range(6))
+    evaluate(EvalConfig(**{**cfg.__dict__, "max_turns": 3}), progress=False)
+    assert built[-1].played == list(range(6))
+    # a policy handed in built (any in-memory model) is not known by its files: starts over
+    handed = _Counting()
+    evaluate(EvalConfig(**{**cfg.__dict__, "max_turns": 3}), policy=handed, progress=False)
+    assert handed.played == list(range(6))
 
 
 def test_null_agent_fails(tmp_path):
