@@ -238,7 +238,10 @@ def test_an_endpoint_that_dies_mid_run_stops_the_command_fast_and_keeps_the_work
         finished = db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
         failed = db.execute("SELECT COUNT(*) FROM errors").fetchone()[0]
     assert finished == stub.answered >= 30  # every answer the endpoint gave is kept
-    assert failed <= 8 + 4  # the limit, plus the requests already in flight
+    # the limit, the requests in flight when it is reached (3 besides the last), and the
+    # failures recorded before the endpoint's last answer arrived (an answer resets the count:
+    # under load, one sent before the death can land after up to 3 others failed); once 13
+    assert failed <= 8 + 3 + 3
     # a new endpoint: the rerun asks only what had not finished
     fresh = make_stub()
     assert main(["label", str(rd), *stub_args(fresh, "--n-runs", "3")]) == 0
