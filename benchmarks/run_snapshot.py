@@ -30,7 +30,8 @@ def _checkpoint_number(path: Path) -> int:
 def left_out(run_dir: Path) -> set[Path]:
     """What ``save`` leaves out of ``run_dir`` (folders, relative to it)."""
     skip = {Path("base_model")}
-    for checkpoints in run_dir.glob("train/*/checkpoints"):
+    # every GRPO run: train/<capability>/ and plain-grpo/
+    for checkpoints in (c for c in run_dir.rglob("checkpoints") if c.is_dir()):
         finished = (checkpoints.parent / "adapter" / "adapter_config.json").is_file()
         saved = sorted(checkpoints.glob("checkpoint-*"), key=_checkpoint_number)
         for checkpoint in saved if finished else saved[:-1]:

@@ -33,6 +33,8 @@ def test_save_keeps_what_a_resume_needs_and_restore_puts_it_back(tmp_path):
     for n in (2, 10):  # an unfinished one resumes from its newest (10, not 2: numeric order)
         _touch(run / "train" / "going" / "checkpoints" / f"checkpoint-{n}" / "optimizer.pt")
     _touch(run / "train" / "going" / "training_log.jsonl")
+    for n in (8, 9):  # plain GRPO's run sits at the run folder's top level
+        _touch(run / "plain-grpo" / "checkpoints" / f"checkpoint-{n}" / "optimizer.pt")
     snapshot = _snapshot()
     dest = tmp_path / "phases" / "pilot"
     snapshot.save(run, dest)
@@ -43,6 +45,7 @@ def test_save_keeps_what_a_resume_needs_and_restore_puts_it_back(tmp_path):
         "train/done/adapter/adapter_config.json",
         "train/going/checkpoints/checkpoint-10/optimizer.pt",
         "train/going/training_log.jsonl",
+        "plain-grpo/checkpoints/checkpoint-9/optimizer.pt",
     }
     with pytest.raises(SystemExit, match="exists"):
         snapshot.restore(dest)  # never over a run folder that is there
