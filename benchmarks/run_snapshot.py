@@ -4,10 +4,10 @@ it instead of starting over (``runs/`` is not committed).
     python benchmarks/run_snapshot.py save runs/fair_pilot benchmarks/phases/fair_pilot
     python benchmarks/run_snapshot.py restore benchmarks/phases/fair_pilot
 
-``save`` copies the run folder without what a resume rebuilds or no longer needs:
-``base_model/`` (the pipeline restores it from the stored warm start) and the checkpoints of a
-GRPO run whose adapter is finished; an unfinished GRPO run keeps only its newest checkpoint
-(what it resumes from). ``restore`` copies a snapshot back to the run folder its
+``save`` copies the run folder without what a resume rebuilds or cannot keep: ``base_model/``
+(the pipeline restores it from the stored warm start), GRPO checkpoints (a finished run needs
+none; an unfinished one starts over, its optimizer state being too large for the repository)
+and the tokenizer copies in adapter folders. ``restore`` copies a snapshot back to the run folder its
 ``config.yaml`` names, refusing to overwrite one that exists; rerunning the run's command then
 skips every finished stage and resumes the rest.
 """
@@ -15,27 +15,28 @@ skips every finished stage and resumes the rest.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 from pathlib import Path
 
 import yaml
 
-
-def _checkpoint_number(path: Path) -> int:
-    match = re.fullmatch(r"checkpoint-(\d+)", path.name)
-    return int(match.group(1)) if match else -1
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
+"""Copies of the base model's tokenizer (3.5 MB each) in adapter folders: without them an
+adapter is loaded with the base model's tokenizer, the same one."""
 
 
 def left_out(run_dir: Path) -> set[Path]:
-    """What ``save`` leaves out of ``run_dir`` (folders, relative to it)."""
+    """What ``save`` leaves out of ``run_dir`` (relative to it)."""
     skip = {Path("base_model")}
-    # every GRPO run: train/<capability>/ and plain-grpo/
-    for checkpoints in (c for c in run_dir.rglob("checkpoints") if c.is_dir()):
-        finished = (checkpoints.parent / "adapter" / "adapter_config.json").is_file()
-        saved = sorted(checkpoints.glob("checkpoint-*"), key=_checkpoint_number)
-        for checkpoint in saved if finished else saved[:-1]:
-            skip.add(checkpoint.relative_to(run_dir))
+    # every GRPO run's checkpoints (train/<capability>/, plain-grpo/): a finished run needs
+    # none, and an unfinished one's optimizer state is too large to commit, so it starts over
+    skip |= {c.relative_to(run_dir) for c in run_dir.rglob("checkpoints") if c.is_dir()}
+    skip |= {f.relative_to(run_dir) for name in TOKENIZER_FILES for f in run_dir.rglob(name)}
     return skip
 
 

@@ -28,9 +28,10 @@ def test_save_keeps_what_a_resume_needs_and_restore_puts_it_back(tmp_path):
     _touch(run / "stages.json", "{}")
     _touch(run / "base_model" / "model.safetensors")  # restored from the stored warm start
     _touch(run / "train" / "done" / "adapter" / "adapter_config.json")
+    _touch(run / "train" / "done" / "adapter" / "tokenizer.json")  # the base model's, again
     for n in (1, 2):  # a finished run needs no checkpoint
         _touch(run / "train" / "done" / "checkpoints" / f"checkpoint-{n}" / "optimizer.pt")
-    for n in (2, 10):  # an unfinished one resumes from its newest (10, not 2: numeric order)
+    for n in (2, 10):  # nor an unfinished one: its optimizer state is too large to commit
         _touch(run / "train" / "going" / "checkpoints" / f"checkpoint-{n}" / "optimizer.pt")
     _touch(run / "train" / "going" / "training_log.jsonl")
     for n in (8, 9):  # plain GRPO's run sits at the run folder's top level
@@ -43,15 +44,13 @@ def test_save_keeps_what_a_resume_needs_and_restore_puts_it_back(tmp_path):
         "config.yaml",
         "stages.json",
         "train/done/adapter/adapter_config.json",
-        "train/going/checkpoints/checkpoint-10/optimizer.pt",
         "train/going/training_log.jsonl",
-        "plain-grpo/checkpoints/checkpoint-9/optimizer.pt",
     }
     with pytest.raises(SystemExit, match="exists"):
         snapshot.restore(dest)  # never over a run folder that is there
     (tmp_path / "runs").rename(tmp_path / "elsewhere")
     assert snapshot.restore(dest) == run
-    assert (run / "train" / "going" / "checkpoints" / "checkpoint-10" / "optimizer.pt").is_file()
+    assert (run / "train" / "done" / "adapter" / "adapter_config.json").is_file()
 
 
 def test_save_refuses_a_folder_that_is_not_a_run(tmp_path):
