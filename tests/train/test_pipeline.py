@@ -342,7 +342,8 @@ def test_a_preregistration_names_its_replicates_and_its_commit(tmp_path):
     assert bench.plan_registration(plan)["added_in_commit"] is None
 
 
-def test_redo_runs_a_finished_stage_again_with_the_stages_after_it(tmp_path, monkeypatch):
+def _recording_stages(monkeypatch) -> tuple[list[str], tuple]:
+    """Every stage replaced by one that records its name; returns the record and the table."""
     calls: list[str] = []
 
     def recorder(name):
@@ -354,6 +355,11 @@ def test_redo_runs_a_finished_stage_again_with_the_stages_after_it(tmp_path, mon
 
     table = with_stages(stages.STAGES, **{st.name: recorder(st.name) for st in stages.STAGES})
     monkeypatch.setattr(stages, "STAGES", table)
+    return calls, table
+
+
+def test_redo_runs_a_finished_stage_again_with_the_stages_after_it(tmp_path, monkeypatch):
+    calls, table = _recording_stages(monkeypatch)
     cfg = PipelineConfig(run_dir=str(tmp_path / "run"), model="m")
     run_pipeline(cfg, say=lambda _: None)
     assert calls == [st.name for st in table]
@@ -371,17 +377,7 @@ def test_redo_runs_a_finished_stage_again_with_the_stages_after_it(tmp_path, mon
 def test_until_stops_after_a_stage_and_a_rerun_goes_on(tmp_path, monkeypatch):
     """``--until compose``: a pre-registered comparison's arms train before its plan fixes the
     test, and no held-out result exists until the rerun without it."""
-    calls: list[str] = []
-
-    def recorder(name):
-        def fn(run, say):
-            calls.append(name)
-            return {"html": str(run.path("report.html"))} if name == "report" else {}
-
-        return fn
-
-    table = with_stages(stages.STAGES, **{st.name: recorder(st.name) for st in stages.STAGES})
-    monkeypatch.setattr(stages, "STAGES", table)
+    calls, table = _recording_stages(monkeypatch)
     cfg = PipelineConfig(run_dir=str(tmp_path / "run"), model="m")
     names = [st.name for st in table]
     log: list[str] = []
