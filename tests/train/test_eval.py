@@ -70,6 +70,33 @@ def test_an_interrupted_evaluation_resumes_where_it_stopped(tmp_path, monkeypatc
     assert handed.played == list(range(6))
 
 
+def test_policies_evaluated_side_by_side_play_the_same_episodes(tmp_path):
+    from trace_train.evaluate import evaluate_side_by_side
+
+    def jobs(folder):
+        return {
+            name: EvalConfig(policy=spec, env_ids=[ENV], episodes=4, out_dir=str(tmp_path / folder / name))
+            for name, spec in (("oracle", "oracle"), ("random", "random:3"))
+        }  # fmt: skip
+
+    ended: list[str] = []
+    apart = evaluate_side_by_side(jobs("one"), workers=1)
+    together = evaluate_side_by_side(jobs("two"), 2, finished=lambda name, _: ended.append(name))
+    assert list(together) == ["oracle", "random"] and sorted(ended) == ["oracle", "random"]
+    assert together == apart
+    assert together["oracle"]["overall"]["success_rate"] == 1.0
+    for name in ("oracle", "random"):
+        logs = [(tmp_path / f / name / "episodes.jsonl").read_text() for f in ("one", "two")]
+        assert logs[0] == logs[1] and len(logs[0].splitlines()) == 4
+    # a worker's error reaches the caller, naming the policy it was evaluating
+    broken = {**jobs("bad"), "typo": EvalConfig(policy="oracel", out_dir=str(tmp_path / "typo"))}
+    with pytest.raises(PolicyError) as raised:
+        evaluate_side_by_side(broken, workers=2)
+    assert "'typo'" in "".join(raised.value.__notes__)
+    with pytest.raises(ValueError, match="workers=0"):
+        evaluate_side_by_side(jobs("none"), workers=0)
+
+
 def test_null_agent_fails(tmp_path):
     s = evaluate(EvalConfig(policy="null", episodes=2, out_dir=str(tmp_path)), progress=False)
     assert s["overall"]["success_rate"] == 0.0

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import trace_train.evaluate
 from tests.browser import assert_self_contained, needs_chromium, render
 from tests.train.conftest import make_random_adapter
 from trace_train.pipeline import PipelineConfig, PipelineError, run_pipeline, stages
@@ -405,14 +406,14 @@ def test_a_saved_evaluation_of_another_size_is_evaluated_again(tmp_path, monkeyp
     (saved / "summary.json").write_text(json.dumps(summary))
     evaluated = []
 
-    def fake_eval(run, spec, episodes, split, out, label):
-        evaluated.append((label, episodes))
-        summary = {"split": split, "overall": {"episodes": episodes, "success_rate": 0.0}}
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(summary))
+    def fake_eval(cfg, label):
+        evaluated.append((label, cfg.episodes))
+        summary = {"split": cfg.split, "overall": {"episodes": cfg.episodes, "success_rate": 0.0}}
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(cfg.out_dir) / "summary.json").write_text(json.dumps(summary))
         return summary
 
-    monkeypatch.setattr(stages, "_evaluate", fake_eval)
+    monkeypatch.setattr(trace_train.evaluate, "evaluate", fake_eval)
     stages.stage_evaluate(run, say=lambda _: None)
     assert evaluated == [("base", 3)]
     stages.stage_evaluate(run, say=lambda _: None)  # now it is the configured size: kept

@@ -144,6 +144,12 @@ def recorded(monkeypatch):
         (out / "summary.json").write_text(json.dumps(summary))
         return summary
 
+    side_by_side = trace_train.evaluate.evaluate_side_by_side
+
+    def evaluate_side_by_side(jobs, workers, finished=None):
+        rec.add("side_by_side", workers)  # then in this process, where evaluate is recorded
+        return side_by_side(jobs, 1, finished)
+
     def run_diagnosis(inputs, out, llm=None, n_runs=None, **kwargs):
         rec.add("diagnosis", SimpleNamespace(inputs=inputs, llm=llm, n_runs=n_runs, **kwargs))
         return _diagnosis_folder(Path(out), list(MATCHES))
@@ -174,6 +180,7 @@ def recorded(monkeypatch):
     monkeypatch.setattr(trace_train.stored_adapter, "load", load_stored)
     monkeypatch.setattr(stages, "_merge_adapter", lambda base, adapter, out: None)
     monkeypatch.setattr(trace_train.evaluate, "evaluate", evaluate)
+    monkeypatch.setattr(trace_train.evaluate, "evaluate_side_by_side", evaluate_side_by_side)
     monkeypatch.setattr(trace_diagnose, "run_diagnosis", run_diagnosis)
     monkeypatch.setattr(trace_gym.synthesis.synthesize, "synthesize", synthesize)
     monkeypatch.setattr(
@@ -307,6 +314,7 @@ EXPECTED: dict[str, tuple[Any, Check]] = {
     "evaluate.split": ("eval", lambda r, v, tmp: every(evals(r, "evaluate"), lambda e: e.split == v)),
     "evaluate.adapters": (False, lambda r, v, tmp: (
         {e.label for e in r.get("eval", "evaluate")} == {"base", "routed", "moe"})),
+    "evaluate.workers": (2, lambda r, v, tmp: r.get("side_by_side", "evaluate") == [v]),
     "generation.max_turns": (6, lambda r, v, tmp: (
         every(evals(r, "evaluate"), lambda e: e.max_turns == v)
         and every(r.get("moe"), lambda m: m.max_turns == v))),

@@ -139,10 +139,13 @@ class EvaluateSettings:
     adapters: bool = True
     """Also evaluate each capability adapter alone; ``false`` evaluates only the base, the
     compositions and plain GRPO (one evaluation fewer per adapter)."""
+    workers: int = 1
+    """Policies evaluated side by side, each in a process of its own with its own copy of the
+    model: 2 on a 2-core CPU halves the stage's time; the episodes are the same."""
 
     def __post_init__(self) -> None:
         _check_types(self, "evaluate.")
-        _at_least_one(self, "evaluate", "episodes")
+        _at_least_one(self, "evaluate", "episodes", "workers")
         if self.split not in ("eval", "test"):
             raise PipelineError(f"evaluate.split={self.split!r}; use test (default) or eval")
 

@@ -462,16 +462,22 @@ def policies(run: Run) -> dict[str, str]:
 def stage_evaluate(run: Run, say: Say) -> dict[str, Any]:
     """Every policy on the target's held-out split (one finished policy is never rerun; an
     interrupted one resumes from its last finished batch, ``trace_train.evaluate``)."""
+    from trace_train.evaluate import evaluate_side_by_side
+
     settings = run.config.evaluate
-    results = {}
+    results, jobs = {}, {}
     for name, spec in policies(run).items():
         out = run.path("evaluate", name.replace(":", "__"))
         summary_path = out / "summary.json"
         if not (summary_path.exists() and _evaluated_as_configured(run, summary_path)):
-            summary = _evaluate(run, spec, settings.episodes, settings.split, out, name)
-            rate = summary["overall"]["success_rate"]
-            say(f"evaluate: {name} success {rate:.0%} on {settings.episodes} {settings.split} tasks")  # fmt: skip
+            jobs[name] = run.config.eval_config(spec, settings.episodes, settings.split, out)
         results[name] = str(summary_path)
+
+    def finished(name: str, summary: dict) -> None:
+        rate = summary["overall"]["success_rate"]
+        say(f"evaluate: {name} success {rate:.0%} on {settings.episodes} {settings.split} tasks")
+
+    evaluate_side_by_side(jobs, settings.workers, finished)
     return {"summaries": results}
 
 
