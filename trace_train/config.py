@@ -96,6 +96,7 @@ class RolloutConfig:
     process. Each must serve an id this run plays; the token is ``$TRACE_GYM_SERVE_TOKEN``."""
 
     def __post_init__(self) -> None:
+        _floats_from_yaml(self)
         self.env_urls = check_env_urls(self.env_urls)
         if not 0.0 <= self.difficulty <= 1.0:
             raise ConfigError(f"difficulty={self.difficulty} must be in [0, 1]")
@@ -473,6 +474,18 @@ def parse_value(text: str) -> Any:
     return value
 
 
+def _floats_from_yaml(config: Any) -> None:
+    """YAML 1.1 reads ``1e-4`` (no dot) as a string: a float setting given so becomes the float
+    it spells, and any other string there is an error naming the setting."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if not (isinstance(value, str) and str(f.type).startswith("float")):
+            continue
+        if not _looks_float(value):
+            raise ConfigError(f"{f.name}={value!r}: expected a number")
+        setattr(config, f.name, float(value))
+
+
 def _looks_float(text: str) -> bool:
     try:
         float(text)
@@ -534,6 +547,7 @@ class EvalConfig:
     play in process); the token is ``$TRACE_GYM_SERVE_TOKEN``."""
 
     def __post_init__(self) -> None:
+        _floats_from_yaml(self)
         self.env_urls = check_env_urls(self.env_urls)
         if self.tool_prompt not in ("hermes", "compact"):
             raise ConfigError(f"tool_prompt={self.tool_prompt!r}; use hermes or compact")

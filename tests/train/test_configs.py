@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import trace_gym
-from trace_train.config import GRPORunConfig, WarmstartConfig, load_config
+from trace_train.config import ConfigError, GRPORunConfig, WarmstartConfig, load_config
 from trace_train.pipeline import PipelineConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trace_train" / "configs"
@@ -39,3 +39,14 @@ def test_pipeline_config_inputs_are_inside_the_repository(name):
     for path in PipelineConfig.load(CONFIGS / name).trajectories:
         resolved = (repo / path).resolve()
         assert resolved.is_relative_to(repo) and resolved.is_file(), path
+
+
+def test_a_rate_written_without_a_dot_is_a_number(tmp_path):
+    # YAML 1.1 reads 1e-4 as the string "1e-4"; GRPO would have handed TRL a string
+    config = tmp_path / "run.yaml"
+    config.write_text("target: trace/tool-call-v0\ngrpo:\n  learning_rate: 1e-4\n")
+    cfg = PipelineConfig.load(config)
+    grpo = cfg.grpo_config(model="embedded", env_id=cfg.target, out=tmp_path)
+    assert grpo.learning_rate == 1e-4 and isinstance(grpo.learning_rate, float)
+    with pytest.raises(ConfigError, match="learning_rate='fast': expected a number"):
+        GRPORunConfig(learning_rate="fast")

@@ -329,6 +329,7 @@ GRPO_VALUES = {
     "steps": 3, "group_size": 6, "groups_per_step": 3, "micro_batch_size": 2, "eval_episodes": 1,
     "max_turns": 7, "max_new_tokens": 40, "max_completion_tokens": 300, "difficulty_max": 0.9,
     "env_kwargs": {"config": {"n_fillers": 8}}, "difficulty": 0.75, "seed": 3, "save_steps": 4,
+    "learning_rate": 3e-5,
 }  # fmt: skip
 """A valid value, different from the base run's, for each documented ``grpo.`` setting."""
 WARMSTART_VALUES = {

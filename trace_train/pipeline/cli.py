@@ -29,7 +29,7 @@ import os
 import sys
 import warnings
 
-import yaml
+from trace_train.config import parse_value
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -38,7 +38,7 @@ def _overrides(pairs: list[str]) -> dict:
         key, sep, value = pair.partition("=")
         if not sep:
             raise ValueError(f"--set {pair!r}: use KEY=VALUE")
-        out[key.strip()] = yaml.safe_load(value)
+        out[key.strip()] = parse_value(value)  # 1e-4 is a float, as YAML 1.1 would not read it
     return out
 
 
