@@ -13,6 +13,10 @@ the pilot's discordance says so"):
    CPU budget: each task costs ~20 s per policy on one thread), with the power it has.
 
     python benchmarks/size_fair_test.py benchmarks/results/fair_cpu_pilot.json
+
+When the registered config trains more than the pilot did, the pilot's discordance describes
+another config; ``--discordance D`` then sizes by the same rule from an assumed one, which the
+plan states.
 """
 
 from __future__ import annotations
@@ -55,9 +59,18 @@ def size(observed: float) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("pilot", type=Path, help="the pilot's targeted_vs_plain.py record (JSON)")
+    ap.add_argument("pilot", type=Path, nargs="?", help="the pilot's targeted_vs_plain.py record (JSON)")  # fmt: skip
+    ap.add_argument("--discordance", type=float, help="size from this discordance instead")
     args = ap.parse_args(argv)
-    sized = size(discordance(json.loads(args.pilot.read_text())))
+    if (args.pilot is None) == (args.discordance is None):
+        ap.error("give the pilot's record or --discordance, one of the two")
+    if args.discordance is not None and not 0 <= args.discordance <= 1:
+        ap.error(f"--discordance {args.discordance}: a share of tasks, from 0 to 1")
+    observed = args.discordance
+    if observed is None:
+        observed = discordance(json.loads(args.pilot.read_text()))
+    sized = size(observed)
+    sized["discordance_from"] = str(args.pilot) if args.pilot else "assumed (--discordance)"
     print(json.dumps(sized, indent=2))
     return sized
 

@@ -30,3 +30,13 @@ def test_more_discordance_needs_more_tasks_within_the_floor_and_the_cap():
     assert sizing.MIN_TASKS < mid["tasks"] < sizing.MAX_TASKS and mid["power"] >= 0.8
     assert high["tasks"] == sizing.MAX_TASKS and high["power"] < 0.8  # capped: says its power
     assert all(n % 8 == 0 for n in high["power_by_tasks"])
+
+
+def test_an_assumed_discordance_sizes_by_the_same_rule(capsys):
+    sizing = _sizing()
+    sized = sizing.main(["--discordance", "0.2"])
+    assert sized == {**sizing.size(0.2), "discordance_from": "assumed (--discordance)"}
+    for argv in ([], ["--discordance", "1.5"]):
+        with pytest.raises(SystemExit):
+            sizing.main(argv)
+    assert "--discordance 1.5: a share of tasks" in capsys.readouterr().err
