@@ -6,10 +6,14 @@ it instead of starting over (``runs/`` is not committed).
 
 ``save`` copies the run folder without what a resume rebuilds or cannot keep: ``base_model/``
 (the pipeline restores it from the stored warm start), GRPO checkpoints (a finished run needs
-none; an unfinished one starts over, its optimizer state being too large for the repository)
-and the tokenizer copies in adapter folders. ``restore`` copies a snapshot back to the run folder its
-``config.yaml`` names, refusing to overwrite one that exists; rerunning the run's command then
-skips every finished stage and resumes the rest.
+none) and the tokenizer copies in adapter folders. An unfinished GRPO run starts over on a
+fresh machine, unless ``save --resume-point`` keeps its newest checkpoint (~22 MB: the adapter
+and the optimizer state): then it resumes there, as on the machine that saved it.
+``restore`` copies a snapshot back to the run folder its ``config.yaml`` names, refusing to
+overwrite one that exists; rerunning the run's command then skips every finished stage and
+resumes the rest.
+
+    python benchmarks/run_snapshot.py save --resume-point runs/fair_cpu_r1 benchmarks/phases/fair_cpu_r1
 """
 
 from __future__ import annotations
@@ -30,20 +34,32 @@ TOKENIZER_FILES = (
 adapter is loaded with the base model's tokenizer, the same one."""
 
 
-def left_out(run_dir: Path) -> set[Path]:
-    """What ``save`` leaves out of ``run_dir`` (relative to it)."""
+def left_out(run_dir: Path, resume_point: bool = False) -> set[Path]:
+    """What ``save`` leaves out of ``run_dir`` (relative to it): every GRPO run's checkpoints
+    (train/<capability>/, plain-grpo/), except, with ``resume_point``, the newest checkpoint
+    of a run that has not written its final adapter yet."""
     skip = {Path("base_model")}
-    # every GRPO run's checkpoints (train/<capability>/, plain-grpo/): a finished run needs
-    # none, and an unfinished one's optimizer state is too large to commit, so it starts over
-    skip |= {c.relative_to(run_dir) for c in run_dir.rglob("checkpoints") if c.is_dir()}
+    for folder in (c for c in run_dir.rglob("checkpoints") if c.is_dir()):
+        newest = _newest_checkpoint(folder)
+        unfinished = not (folder.parent / "adapter" / "adapter_model.safetensors").is_file()
+        if resume_point and unfinished and newest is not None:
+            skip |= {c.relative_to(run_dir) for c in folder.glob("checkpoint-*") if c != newest}
+        else:
+            skip.add(folder.relative_to(run_dir))
     skip |= {f.relative_to(run_dir) for name in TOKENIZER_FILES for f in run_dir.rglob(name)}
     return skip
 
 
-def save(run_dir: Path, dest: Path) -> None:
+def _newest_checkpoint(folder: Path) -> Path | None:
+    steps = {int(c.name.rpartition("-")[2]): c for c in folder.glob("checkpoint-*")
+             if c.is_dir() and c.name.rpartition("-")[2].isdigit()}  # fmt: skip
+    return steps[max(steps)] if steps else None
+
+
+def save(run_dir: Path, dest: Path, resume_point: bool = False) -> None:
     if not (run_dir / "stages.json").is_file():
         raise SystemExit(f"{run_dir}: not a run folder (no stages.json)")
-    skip = left_out(run_dir)
+    skip = left_out(run_dir, resume_point)
     if dest.exists():
         shutil.rmtree(dest)  # a snapshot is replaced whole: nothing stale survives in it
     for path in sorted(run_dir.rglob("*")):
@@ -75,11 +91,13 @@ def main(argv: list[str] | None = None) -> None:
     s = sub.add_parser("save", help="copy a run folder's finished phases into the repository")
     s.add_argument("run_dir", type=Path)
     s.add_argument("dest", type=Path)
+    s.add_argument("--resume-point", action="store_true",
+                   help="keep the newest checkpoint of each unfinished GRPO run")  # fmt: skip
     r = sub.add_parser("restore", help="copy a snapshot back to its run folder")
     r.add_argument("snapshot", type=Path)
     args = ap.parse_args(argv)
     if args.command == "save":
-        save(args.run_dir, args.dest)
+        save(args.run_dir, args.dest, args.resume_point)
     else:
         restore(args.snapshot)
 

@@ -7,6 +7,7 @@ within each group, advantages are non-zero and the LoRA must move.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -209,6 +210,11 @@ def test_kill_and_resume_continues_from_checkpoint(env_tiny, tmp_path, monkeypat
         grpo.train(cfg, callbacks=[KillAfterSave(2)])
     assert played == [[keys[0]], [keys[1]]]
     assert (tmp_path / "checkpoints" / "checkpoint-2").is_dir()
+    # resumed from what benchmarks/run_snapshot.py save --resume-point keeps: the newest
+    # checkpoint, without its copies of the tokenizer
+    shutil.rmtree(tmp_path / "checkpoints" / "checkpoint-1", ignore_errors=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):  # fmt: skip
+        (tmp_path / "checkpoints" / "checkpoint-2" / name).unlink(missing_ok=True)
     played.clear()
     result = grpo.train(cfg)  # the restart
     assert played == [[keys[2]]], "the resumed run must not repeat finished steps"

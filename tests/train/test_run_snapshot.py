@@ -56,3 +56,21 @@ def test_save_keeps_what_a_resume_needs_and_restore_puts_it_back(tmp_path):
 def test_save_refuses_a_folder_that_is_not_a_run(tmp_path):
     with pytest.raises(SystemExit, match="not a run folder"):
         _snapshot().save(tmp_path, tmp_path / "out")
+
+
+def test_a_resume_point_keeps_the_newest_checkpoint_of_an_unfinished_run_only(tmp_path):
+    run = tmp_path / "run"
+    _touch(run / "stages.json", "{}")
+    _touch(run / "train" / "done" / "adapter" / "adapter_model.safetensors")
+    for n in (9, 10):  # checkpoint-10 is newer than checkpoint-9, though it sorts first
+        _touch(run / "train" / "done" / "checkpoints" / f"checkpoint-{n}" / "optimizer.pt")
+        _touch(run / "plain-grpo" / "checkpoints" / f"checkpoint-{n}" / "optimizer.pt")
+        _touch(run / "plain-grpo" / "checkpoints" / f"checkpoint-{n}" / "tokenizer.json")
+    dest = tmp_path / "snapshot"
+    _snapshot().save(run, dest, resume_point=True)
+    kept = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
+    assert kept == {
+        "stages.json",
+        "train/done/adapter/adapter_model.safetensors",
+        "plain-grpo/checkpoints/checkpoint-10/optimizer.pt",
+    }
