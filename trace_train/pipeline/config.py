@@ -141,7 +141,8 @@ class EvaluateSettings:
     compositions and plain GRPO (one evaluation fewer per adapter)."""
     workers: int = 1
     """Policies evaluated side by side, each in a process of its own with its own copy of the
-    model: 2 on a 2-core CPU halves the stage's time; the episodes are the same."""
+    model (one torch thread each runs a CPU best, so a 2-core machine plays two policies at
+    once); the episodes are the same as one at a time."""
 
     def __post_init__(self) -> None:
         _check_types(self, "evaluate.")
