@@ -9,6 +9,7 @@ it instead of starting over (``runs/`` is not committed).
 none) and the tokenizer copies in adapter folders. An unfinished GRPO run starts over on a
 fresh machine, unless ``save --resume-point`` keeps its newest checkpoint (~22 MB: the adapter
 and the optimizer state): then it resumes there, as on the machine that saved it.
+Episode logs over 1 MB are stored gzipped.
 ``restore`` copies a snapshot back to the run folder its ``config.yaml`` names, refusing to
 overwrite one that exists; rerunning the run's command then skips every finished stage and
 resumes the rest.
@@ -19,6 +20,7 @@ resumes the rest.
 from __future__ import annotations
 
 import argparse
+import gzip
 import shutil
 from pathlib import Path
 
@@ -32,6 +34,10 @@ TOKENIZER_FILES = (
 )
 """Copies of the base model's tokenizer (3.5 MB each) in adapter folders: without them an
 adapter is loaded with the base model's tokenizer, the same one."""
+
+GZIP_OVER_BYTES = 1_000_000
+"""Episode logs (JSONL, ~22 KB an episode) over this size are stored gzipped (about 10x
+smaller) and unpacked by ``restore``."""
 
 
 def left_out(run_dir: Path, resume_point: bool = False) -> set[Path]:
@@ -67,7 +73,11 @@ def save(run_dir: Path, dest: Path, resume_point: bool = False) -> None:
         if path.is_dir() or any(rel.is_relative_to(s) for s in skip):
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, dest / rel)
+        if path.suffix == ".jsonl" and path.stat().st_size > GZIP_OVER_BYTES:
+            with path.open("rb") as src, gzip.open(f"{dest / rel}.gz", "wb") as out:
+                shutil.copyfileobj(src, out)
+        else:
+            shutil.copy2(path, dest / rel)
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     print(f"saved {run_dir} -> {dest} ({size / 1e6:.1f} MB; left out: "
           f"{', '.join(sorted(map(str, skip)))})")  # fmt: skip
@@ -81,6 +91,10 @@ def restore(snapshot: Path) -> Path:
     if run_dir.exists():
         raise SystemExit(f"{run_dir} exists: resume it as it is, or move it away first")
     shutil.copytree(snapshot, run_dir)
+    for packed in run_dir.rglob("*.jsonl.gz"):
+        with gzip.open(packed, "rb") as src, packed.with_suffix("").open("wb") as out:
+            shutil.copyfileobj(src, out)
+        packed.unlink()
     print(f"restored {snapshot} -> {run_dir}; rerun the run's command to resume it")
     return run_dir
 

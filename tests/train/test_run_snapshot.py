@@ -74,3 +74,21 @@ def test_a_resume_point_keeps_the_newest_checkpoint_of_an_unfinished_run_only(tm
         "train/done/adapter/adapter_model.safetensors",
         "plain-grpo/checkpoints/checkpoint-10/optimizer.pt",
     }
+
+
+def test_a_large_episode_log_is_stored_gzipped_and_restored_byte_for_byte(tmp_path):
+    run = tmp_path / "runs" / "r1"
+    _touch(run / "config.yaml", yaml.safe_dump({"run_dir": str(run)}))
+    _touch(run / "stages.json", "{}")
+    snapshot = _snapshot()
+    episodes = run / "evaluate" / "base" / "episodes.jsonl"
+    text = '{"reward": 1.0, "actions": ["a long transcript"]}\n' * (snapshot.GZIP_OVER_BYTES // 40)
+    _touch(episodes, text)
+    dest = tmp_path / "phases" / "r1"
+    snapshot.save(run, dest)
+    packed = dest / "evaluate" / "base" / "episodes.jsonl.gz"
+    assert packed.is_file() and not (dest / "evaluate" / "base" / "episodes.jsonl").exists()
+    assert packed.stat().st_size < snapshot.GZIP_OVER_BYTES
+    (tmp_path / "runs").rename(tmp_path / "elsewhere")
+    snapshot.restore(dest)
+    assert episodes.read_text() == text and not episodes.with_name("episodes.jsonl.gz").exists()
