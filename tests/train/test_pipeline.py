@@ -6,6 +6,8 @@ import dataclasses
 import importlib.util
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -395,6 +397,23 @@ def test_until_stops_after_a_stage_and_a_rerun_goes_on(tmp_path, monkeypatch):
     no_training = PipelineConfig(run_dir=str(tmp_path / "other"), model="m", train=False)
     assert run_pipeline(no_training, say=lambda _: None, until="train") is None
     assert "evaluate" not in calls
+
+
+def test_a_stage_s_cpu_seconds_count_its_worker_processes(tmp_path, monkeypatch):
+    """The evaluation runs its episodes in worker processes; their CPU time is the stage's."""
+    calls, table = _recording_stages(monkeypatch)
+
+    def evaluate_in_a_worker(run, say):
+        code = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return {}
+
+    monkeypatch.setattr(stages, "STAGES", with_stages(table, evaluate=evaluate_in_a_worker))
+    cfg = PipelineConfig(run_dir=str(tmp_path / "run"), model="m")
+    run_pipeline(cfg, say=lambda _: None)
+    recorded = json.loads((tmp_path / "run" / "stages.json").read_text())
+    assert recorded["evaluate"]["cpu_seconds"] >= 0.5
+    assert recorded["compose"]["cpu_seconds"] < 0.5
 
 
 def test_a_saved_evaluation_of_another_size_is_evaluated_again(tmp_path, monkeypatch):
