@@ -74,8 +74,11 @@ def save(run_dir: Path, dest: Path, resume_point: bool = False) -> None:
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".jsonl" and path.stat().st_size > GZIP_OVER_BYTES:
-            with path.open("rb") as src, gzip.open(f"{dest / rel}.gz", "wb") as out:
-                shutil.copyfileobj(src, out)
+            # no name or time in the gzip header: an unchanged log packs to the same bytes,
+            # so saving a later phase adds nothing to git for it
+            with path.open("rb") as src, open(f"{dest / rel}.gz", "wb") as raw:
+                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as out:
+                    shutil.copyfileobj(src, out)
         else:
             shutil.copy2(path, dest / rel)
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,7 @@ def test_a_resume_point_keeps_the_newest_checkpoint_of_an_unfinished_run_only(tm
     }
 
 
-def test_a_large_episode_log_is_stored_gzipped_and_restored_byte_for_byte(tmp_path):
+def test_a_large_episode_log_is_stored_gzipped_and_restored_byte_for_byte(tmp_path, monkeypatch):
     run = tmp_path / "runs" / "r1"
     _touch(run / "config.yaml", yaml.safe_dump({"run_dir": str(run)}))
     _touch(run / "stages.json", "{}")
@@ -89,6 +90,11 @@ def test_a_large_episode_log_is_stored_gzipped_and_restored_byte_for_byte(tmp_pa
     packed = dest / "evaluate" / "base" / "episodes.jsonl.gz"
     assert packed.is_file() and not (dest / "evaluate" / "base" / "episodes.jsonl").exists()
     assert packed.stat().st_size < snapshot.GZIP_OVER_BYTES
+    first_bytes = packed.read_bytes()
+    later = time.time() + 3600  # a later save of the unchanged log packs the same bytes
+    monkeypatch.setattr(time, "time", lambda: later)
+    snapshot.save(run, dest)
+    assert packed.read_bytes() == first_bytes
     (tmp_path / "runs").rename(tmp_path / "elsewhere")
     snapshot.restore(dest)
     assert episodes.read_text() == text and not episodes.with_name("episodes.jsonl.gz").exists()
