@@ -104,6 +104,8 @@ def training_signal(folder: Path) -> dict:
     rollouts succeed and hint-free ones all fail has zero advantage everywhere."""
     import yaml
 
+    from trace_train.runlog import training_time
+
     config = yaml.safe_load((folder / "config.yaml").read_text())
     group_size = config["group_size"]
     dropped = config.get("hinted_rollouts", "drop") == "drop" and config.get("hint_ratio", 0) > 0
@@ -113,7 +115,6 @@ def training_signal(folder: Path) -> dict:
     groups = sum(x["rollouts/step"] // group_size for x in steps)
     informative = sum(round(x[share] * x["rollouts/step"] / group_size) for x in steps)
     rewards = [x["reward/mean"] for x in steps]
-    end = next((x for x in reversed(lines) if x.get("event") == "train_end"), {})
     return {
         "groups": groups,
         "informative_groups": informative,
@@ -123,8 +124,7 @@ def training_signal(folder: Path) -> dict:
         "mean_train_reward": round(sum(rewards) / len(rewards), 4) if rewards else None,
         "tokens_model": sum(x.get("tokens/model", 0) for x in steps),
         "tokens_env": sum(x.get("tokens/env", 0) for x in steps),
-        "train_seconds": end.get("seconds"),
-        "train_cpu_seconds": end.get("cpu_seconds"),
+        **training_time(lines),
     }
 
 

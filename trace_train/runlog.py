@@ -4,8 +4,9 @@ Each line joins what the rollouts of that step did (reward, success with and wit
 group reward variance and the share of informative groups, tokens, rollouts used so far) with
 TRL's own metrics (loss, grad norm, learning rate), under namespaced keys (``reward/...``,
 ``env/...``, ``group/...``, ``tokens/...``, ``train/...``), and where the step's wall time
-went (``time/step_seconds`` and ``time/{prefill,decode,backward,env}_share``, shares of it;
-the rest is the loss's forward passes, the optimizer and bookkeeping) with the precision each
+went (``time/step_seconds``, ``time/step_cpu_seconds`` for this process and all its threads,
+and ``time/{prefill,decode,backward,env}_share``, shares of the wall time; the rest is the
+loss's forward passes, the optimizer and bookkeeping) with the precision each
 generation phase ran in (``gen/prefill_dtype``, ``gen/decode_dtype``). Event lines
 (``eval_before``, ``train_end``) carry held-out results. Episodes the harness failed are
 counted (``env/harness_faults``) and left out of the reward and success means. The share of
@@ -46,22 +47,24 @@ class RolloutStats:
         self.pending: list[Any] = []
         self.clock = PhaseClock()
         self.wall_start: float | None = None
+        self.cpu_start = 0.0
         self.hint_weights: list[float] = []
         self.hint_weight_cap: float | None = None
 
     def start_clock(self) -> None:
         """Start the wall clock of the next logged step (and drop time spent before it)."""
-        self.wall_start = time.perf_counter()
+        self.wall_start, self.cpu_start = time.perf_counter(), time.process_time()
         self.clock.flush()
 
     def timing(self) -> dict[str, Any]:
         """Shares of the wall time since the last call spent per phase; restarts the clock."""
         if self.wall_start is None:
             return {}
-        now = time.perf_counter()
+        now, cpu_now = time.perf_counter(), time.process_time()
         wall, seconds = now - self.wall_start, self.clock.flush()
-        self.wall_start = now
-        out: dict[str, Any] = {"time/step_seconds": round(wall, 3)}
+        out: dict[str, Any] = {"time/step_seconds": round(wall, 3),
+                               "time/step_cpu_seconds": round(cpu_now - self.cpu_start, 3)}  # fmt: skip
+        self.wall_start, self.cpu_start = now, cpu_now
         for phase in TIMED_PHASES:
             out[f"time/{phase}_share"] = round(seconds.get(phase, 0.0) / wall, 4) if wall else 0.0
         out.update({f"gen/{k}": v for k, v in self.clock.notes.items()})
@@ -193,3 +196,20 @@ def time_backward(trainer: Any, stats: RolloutStats) -> None:
             return backward(*args, **kwargs)
 
     trainer.accelerator.backward = timed
+
+
+def training_time(lines: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Seconds and CPU seconds of a GRPO run's optimizer steps, summed from its log lines over
+    every invocation: a run resumed from a checkpoint writes ``train_end`` once, timing only
+    its last invocation. Logs older than ``time/step_cpu_seconds`` give CPU seconds only when
+    one invocation ran every step (else ``None``: unknown, not zero)."""
+    steps = [x for x in lines if "event" not in x and "time/step_seconds" in x]
+    seconds = round(sum(x["time/step_seconds"] for x in steps), 1)
+    if steps and all("time/step_cpu_seconds" in x for x in steps):
+        cpu = round(sum(x["time/step_cpu_seconds"] for x in steps), 1)
+        return {"train_seconds": seconds, "train_cpu_seconds": cpu}
+    end = next((x for x in reversed(lines) if x.get("event") == "train_end"), {})
+    per_step = end.get("seconds_per_step")
+    one_invocation = bool(per_step) and round(end["seconds"] / per_step) == len(steps)
+    return {"train_seconds": seconds,
+            "train_cpu_seconds": end.get("cpu_seconds") if one_invocation else None}  # fmt: skip

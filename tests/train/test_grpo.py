@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 
 from tests.train.envtiny import ENV_ID, build_env_tiny
 from tests.train.oracle_hints import HINT_MARKER, train_with_oracle_hints
-from trace_train import grpo
+from trace_train import grpo, runlog
 from trace_train.config import GRPORunConfig
 
 
@@ -86,7 +86,7 @@ def test_rewards_differ_within_groups_and_log_has_every_field(trained):
         # Where the step's wall time went: every phase ran, and the shares fit in the step.
         shares = [x[f"time/{p}_share"] for p in ("prefill", "decode", "backward", "env")]
         assert all(0 < s <= 1 for s in shares) and sum(shares) <= 1, shares
-        assert x["time/step_seconds"] > 0
+        assert x["time/step_seconds"] > 0 and x["time/step_cpu_seconds"] > 0
         assert x["gen/prefill_dtype"] in ("float32", "bfloat16")
         assert x["gen/decode_dtype"] in ("float32", "bfloat16")
     assert steps[-1]["rollouts/total"] == 8
@@ -223,6 +223,22 @@ def test_kill_and_resume_continues_from_checkpoint(env_tiny, tmp_path, monkeypat
     assert [x["step"] for x in lines if "event" not in x] == [1, 2, 3]
     assert lines[-2]["rollouts/total"] == 6
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    # the cost of the run is every step's, not only the restart's (which timed one step)
+    steps = [x for x in lines if "event" not in x]
+    spent = runlog.training_time(lines)
+    assert spent["train_seconds"] == round(sum(x["time/step_seconds"] for x in steps), 1)
+    assert spent["train_seconds"] > lines[-1]["seconds"]
+    assert spent["train_cpu_seconds"] == round(sum(x["time/step_cpu_seconds"] for x in steps), 1)
+
+
+def test_a_resumed_log_without_step_cpu_seconds_has_unknown_cpu_cost():
+    """Logs written before ``time/step_cpu_seconds``: ``train_end`` times the last invocation
+    only, so its CPU seconds stand for the run only when that invocation ran every step."""
+    steps = [{"step": i, "time/step_seconds": 100.0} for i in (1, 2, 3)]
+    resumed = [*steps, {"event": "train_end", "seconds": 101.0, "seconds_per_step": 101.0, "cpu_seconds": 99.0}]  # fmt: skip
+    assert runlog.training_time(resumed) == {"train_seconds": 300.0, "train_cpu_seconds": None}
+    whole = [*steps, {"event": "train_end", "seconds": 303.0, "seconds_per_step": 101.0, "cpu_seconds": 290.0}]  # fmt: skip
+    assert runlog.training_time(whole) == {"train_seconds": 300.0, "train_cpu_seconds": 290.0}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU default")

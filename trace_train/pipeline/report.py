@@ -21,6 +21,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from trace_diagnose.stats import newcombe, newcombe_paired
 from trace_gym.episodes import read_episodes
 from trace_train.pipeline.config import COMPOSITIONS, PLAIN_GRPO
+from trace_train.runlog import training_time
 
 BAR_WIDTH = 420
 """Pixel width of a 100 % bar in the success chart."""
@@ -38,11 +39,10 @@ def _rollouts(log: Path) -> dict[str, Any]:
         return {}
     lines = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
     steps = [x for x in lines if "event" not in x]
-    end = next((x for x in reversed(lines) if x.get("event") == "train_end"), {})
     return {
         "steps": len(steps),
         "rollouts": max((x.get("rollouts/total", 0) for x in steps), default=0),
-        "seconds": end.get("seconds"),
+        "seconds": training_time(lines)["train_seconds"],
         "mean_reward_last": steps[-1].get("reward/mean") if steps else None,
     }
 
