@@ -131,6 +131,13 @@ def training_signal(folder: Path) -> dict:
 COST_KEYS = ("rollouts", "tokens_model", "tokens_env", "train_seconds", "train_cpu_seconds")
 
 
+def _total(values) -> float | None:
+    """The arm's total, or ``None`` when one adapter's share is unknown: a partial sum would
+    read as the whole."""
+    values = list(values)
+    return None if any(v is None for v in values) else round(sum(values), 1)
+
+
 def per_task_outcomes(run_dir: Path, policies: list[str]) -> dict:
     """Every policy's held-out outcome per task, in one task order (the base's evaluation
     order), keyed by policy name: what a reader needs to recompute any paired statistic."""
@@ -200,13 +207,13 @@ def summarize(config: PipelineConfig, command: str) -> dict:
     stages = report["stages"]
     adapters = [
         {
-            **{k: a.get(k) for k in ("capability", "env_id", "steps", "rollouts", "seconds")},
+            **{k: a.get(k) for k in ("capability", "env_id", "steps", "rollouts")},
             **training_signal(run_dir / Path(a["log"]).parent),
         }
         for a in report["adapters"]
     ]
     plain_run = {
-        **{k: plain.get(k) for k in ("env_id", "steps", "rollouts", "seconds")},
+        **{k: plain.get(k) for k in ("env_id", "steps", "rollouts")},
         **(training_signal(run_dir / Path(plain["log"]).parent) if plain else {}),
     }
     return {
@@ -223,7 +230,7 @@ def summarize(config: PipelineConfig, command: str) -> dict:
         # CPU seconds (TRACE's composition also trains a router: its stage is counted apart)
         "arm_costs": {
             "trace": {
-                **{k: sum(a.get(k) or 0 for a in adapters) for k in COST_KEYS},
+                **{k: _total(a.get(k) for a in adapters) for k in COST_KEYS},
                 "compose_cpu_seconds": stages.get("compose", {}).get("cpu_seconds"),
             },
             "plain-grpo": {k: plain_run.get(k) for k in COST_KEYS},

@@ -306,6 +306,9 @@ def test_targeted_vs_plain_benchmark_records_equal_budgets_and_paired_comparison
     assert costs["trace"]["rollouts"] == costs["plain-grpo"]["rollouts"] == record["trace_rollouts"]
     for arm in costs.values():
         assert arm["tokens_model"] > 0 and arm["train_cpu_seconds"] > 0
+    trace_seconds = sum(a["train_seconds"] for a in record["adapters"])
+    assert costs["trace"]["train_seconds"] == pytest.approx(trace_seconds, abs=0.1)
+    assert bench._total([1.5, None]) is None  # an unknown share leaves the total unknown
     assert record["stage_cpu_seconds"]["train"] > 0
     # the pre-registered rule: which verdict the primary comparison earns
     plan = {"primary": {"policy": "routed", "against": "plain-grpo", "alpha": 0.05}}
