@@ -419,6 +419,37 @@ def test_a_stage_s_cpu_seconds_count_its_worker_processes(tmp_path, monkeypatch)
     assert recorded["compose"]["cpu_seconds"] < 0.5
 
 
+def test_a_stage_interrupted_and_resumed_records_the_time_of_both_invocations(
+    tmp_path, monkeypatch, capsys
+):
+    """A session that ends mid-evaluation: the stage that finishes on the rerun cost both."""
+    calls, table = _recording_stages(monkeypatch)
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+
+    def evaluate_interrupted_once(run, say):
+        subprocess.run([sys.executable, "-c", burn], check=True)
+        if not run.path("evaluate").exists():
+            run.path("evaluate").mkdir()
+            raise KeyboardInterrupt  # ^C, or the end of a session
+        return {}
+
+    monkeypatch.setattr(stages, "STAGES", with_stages(table, evaluate=evaluate_interrupted_once))
+    cfg = PipelineConfig(run_dir=str(tmp_path / "run"), model="m")
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(cfg, say=lambda _: None)
+    run_pipeline(cfg, say=lambda _: None)
+    recorded = json.loads((tmp_path / "run" / "stages.json").read_text())
+    assert recorded["evaluate"]["invocations"] == 2
+    assert recorded["evaluate"]["cpu_seconds"] >= 0.6
+    assert recorded["rediagnose"]["invocations"] == 1
+    from trace_train.pipeline.cli import main
+
+    main(["status", str(tmp_path / "run")])
+    assert "over 2 invocations)" in capsys.readouterr().out
+    # a finished stage's time is in stages.json: no running clock is left behind
+    assert json.loads((tmp_path / "run" / "stage-clock.json").read_text()) == {}
+
+
 def test_a_saved_evaluation_of_another_size_is_evaluated_again(tmp_path, monkeypatch):
     cfg = PipelineConfig(run_dir=str(tmp_path), model="m", evaluate={"episodes": 3})
     run = stages.Run(cfg)

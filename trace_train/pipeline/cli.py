@@ -67,7 +67,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     state = status(args.run_dir)
     for stage in STAGES:
         entry = state.get(stage.name, {})
-        seconds = f"  ({entry['seconds']} s)" if "seconds" in entry else ""
+        seconds = f"  ({entry['seconds']} s" if "seconds" in entry else ""
+        if seconds:  # a stage resumed after a kill: its time is every invocation's together
+            runs = entry.get("invocations", 1)
+            seconds += f" over {runs} invocations)" if runs > 1 else ")"
         print(f"{stage.name:<13} {entry.get('status', 'pending')}{seconds}")
     if args.json:
         print(json.dumps(state, indent=2))

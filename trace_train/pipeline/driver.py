@@ -15,16 +15,17 @@ timeout.
 
 from __future__ import annotations
 
-import resource
 import time
 from pathlib import Path
 
 import yaml
 
 from trace_train import distributed
-from trace_train.pipeline import stages
+from trace_train.pipeline import clock, stages
 from trace_train.pipeline.config import PipelineConfig, PipelineError
 from trace_train.pipeline.run_folder import Run
+
+CLOCK_FILE = "stage-clock.json"  # the running stage's time so far (pipeline.clock)
 
 
 def run_pipeline(
@@ -64,6 +65,7 @@ def run_pipeline(
     if redo is not None:
         again = names[names.index(redo) :]
         run.forget(again)
+        clock.forget(run.path(CLOCK_FILE), again)
         if "evaluate" in again:  # the adapters may have changed: no saved evaluation stands
             for summary in run.path("evaluate").glob("*/summary.json"):
                 summary.unlink()
@@ -94,25 +96,11 @@ def _run_stage(run: Run, stage: stages.Stage, say: stages.Say, number: str) -> N
         distributed.barrier()  # the helper processes join this stage
     say(f"{number} {stage.name} ...")
     run.mark(stage.name, "started")
-    started, cpu_started = time.time(), _cpu_seconds()
-    output = stage.fn(run, say)
-    # CPU seconds, every thread together: what an arm cost on a shared machine, where wall
-    # time also counts the neighbours
-    run.mark(
-        stage.name,
-        "done",
-        output,
-        seconds=time.time() - started,
-        cpu_seconds=_cpu_seconds() - cpu_started,
-    )
-
-
-def _cpu_seconds() -> float:
-    """CPU seconds of this process and of its children that have ended: the evaluation's
-    worker processes (``evaluate.workers``) do its work, so this process's own clock alone
-    would record an evaluation of hours as a fraction of a second."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+    # every invocation's time, not only this one's: a stage resumed after a kill cost all of it
+    with clock.StageClock(run.path(CLOCK_FILE), stage.name) as stage_clock:
+        output = stage.fn(run, say)
+    run.mark(stage.name, "done", output, **stage_clock.total())
+    clock.forget(run.path(CLOCK_FILE), [stage.name])
 
 
 def _help_train(

@@ -4,6 +4,7 @@ what finished, when, and what it produced (a rerun reads it to resume).
 Layout::
 
     config.yaml  stages.json  report.html  report.json
+    stage-clock.json     the unfinished stage's time so far, over every invocation (pipeline.clock)
     provenance.json      commit, config, base and adapter hashes, seeds and dtypes per phase
     base_model/          the warm-started base (merged), when warm start is on
     warmstart/           the warm start's own run (adapter/, training_log.jsonl)
@@ -59,7 +60,12 @@ class Run:
         output: dict[str, Any] | None = None,
         seconds: float | None = None,
         cpu_seconds: float | None = None,
+        invocations: int | None = None,
     ) -> None:
+        """Record ``stage``'s ``status`` (``started``, ``done``) and when; when done, what it
+        produced, its wall and CPU seconds (every thread and worker process together: what it
+        cost on a shared machine, where wall time also counts the neighbours) over all the
+        ``invocations`` that ran it."""
         entry = self.state.setdefault(stage, {})
         entry["status"] = status
         entry[f"{status}_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -69,6 +75,8 @@ class Run:
             entry["seconds"] = round(seconds, 1)
         if cpu_seconds is not None:
             entry["cpu_seconds"] = round(cpu_seconds, 1)
+        if invocations is not None:
+            entry["invocations"] = invocations
         self._save()
 
     def forget(self, names: list[str]) -> None:
