@@ -38,12 +38,14 @@ def test_a_killed_invocation_s_time_is_added_to_the_one_that_finishes(tmp_path):
     _wait_for(lambda: recorded_cpu() >= 0.5)
     killed.send_signal(signal.SIGKILL)  # no cleanup: only its heartbeats remain
     killed.wait()
+    killed_seconds = json.loads(path.read_text())["evaluate"]["current"]["seconds"]
     with StageClock(path, "evaluate") as clock:
         exec(BURN.format(s=0.2))
     spent = clock.total()
     assert spent["invocations"] == 2
     assert spent["cpu_seconds"] >= 0.5 + 0.2
-    assert spent["seconds"] >= spent["cpu_seconds"] - 0.1  # one thread: wall >= CPU
+    # wall time is not bounded by CPU time: the heartbeat is a second thread on another core
+    assert spent["seconds"] > killed_seconds > 0
     forget(path, ["evaluate"])
     with StageClock(path, "evaluate") as clock:
         pass
