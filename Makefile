@@ -46,9 +46,11 @@ test: lint
 	$(BIN)/python -m pytest; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$status
 
-# Long hypothesis profile: at least 100,000 fuzzed actions per environment.
+# The long hypothesis profile (at least 100,000 fuzzed actions per environment) over every
+# environment test, then the tests `make test` leaves out (the `long` marker, tests/selection.py).
 test-long: $(STAMP)
-	HYPOTHESIS_PROFILE=trace-long $(BIN)/python -m pytest tests/gym -m "not train"
+	HYPOTHESIS_PROFILE=trace-long $(BIN)/python -m pytest --long tests/gym -m "not train"
+	$(BIN)/python -m pytest --long -m long tests/train tests/diagnose
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/env_speed.py

@@ -2,6 +2,8 @@
 
 ``trace_gym.testing`` only registers the profiles, so that importing it from a user's own
 tests leaves their hypothesis settings alone.
+
+Tests marked ``long`` run only with ``--long`` (``make test-long``): tests/selection.py says why.
 """
 
 from trace_gym.testing import load_profile_from_env
@@ -16,7 +18,24 @@ SANDBOX_FILES = {"test_swe_envs.py", "test_swe_repair.py", "test_swe_deficit.py"
                  "test_mini_swe_agent.py", "test_adversary.py", "test_pipeline_swe.py"}  # fmt: skip
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--long",
+        action="store_true",
+        help="also run the tests marked long (make test-long does; tests/selection.py says which)",
+    )
+
+
 def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--long"):
+        long = [item for item in items if item.get_closest_marker("long")]
+        if long:  # reported as "N deselected"
+            items[:] = [item for item in items if not item.get_closest_marker("long")]
+            config.hook.pytest_deselected(items=long)
+    skip_sandboxed_tests_without_bubblewrap(items)
+
+
+def skip_sandboxed_tests_without_bubblewrap(items):
     import pytest
 
     from trace_gym.sandbox import sandbox_available

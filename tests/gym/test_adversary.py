@@ -1,5 +1,7 @@
 """The adversary set against every shipped SWE environment (none may win), and against an
-environment that trusts what the agent's code prints (the gate must reject it)."""
+environment that trusts what the agent's code prints (the gate must reject it).
+
+``make test`` attacks one SWE environment, ``make test-long`` all (tests/selection.py)."""
 
 import dataclasses
 
@@ -7,6 +9,7 @@ import gymnasium as gym
 import pytest
 
 import trace_gym
+from tests.selection import one_swe_env_in_make_test
 from trace_gym.envs import swe_semantic_precision
 from trace_gym.envs.helpers import swe_common
 from trace_gym.validation.adversary import ATTACKS, CODE_ATTACKS, run_adversary, run_attack
@@ -15,7 +18,7 @@ from trace_gym.validation.validate import _Gates
 SWE_IDS = [e.id for e in trace_gym.load_registry() if e.id.startswith("trace/swe-")]
 
 
-@pytest.mark.parametrize("env_id", SWE_IDS)
+@pytest.mark.parametrize("env_id", one_swe_env_in_make_test(SWE_IDS))
 def test_no_attack_wins_on_a_shipped_environment(env_id):
     results = run_adversary(lambda: gym.make(env_id, disable_env_checker=True), seeds=(0,))
     kinds = {r.attack for r in results}

@@ -10,6 +10,7 @@ import gymnasium as gym
 import pytest
 
 import trace_gym
+from tests.selection import one_swe_env_in_make_test
 from trace_gym.agents.deficit import (
     LAPSES,
     SHORT_NAMES,
@@ -57,7 +58,7 @@ def test_spec_and_profile_keys() -> None:
     )
 
 
-@pytest.mark.parametrize("env_id", CAPABILITY_ENVS)
+@pytest.mark.parametrize("env_id", one_swe_env_in_make_test(CAPABILITY_ENVS))
 def test_zero_profile_is_the_oracle_and_full_lapse_fails(env_id: str) -> None:
     capability = trace_gym.make(env_id).unwrapped.capability
     perfect = _play(env_id, DeficitAgent({capability: 0.0}), range(10))
@@ -84,7 +85,7 @@ def _mean_reward(records: list[dict], decisions: dict[str, float]) -> float:
     )
 
 
-@pytest.mark.parametrize("env_id", CAPABILITY_ENVS)
+@pytest.mark.parametrize("env_id", one_swe_env_in_make_test(CAPABILITY_ENVS))
 def test_difficulty_is_monotone_for_a_fixed_deficit_agent(env_id: str) -> None:
     agent = DeficitAgent(EVERYTHING_HALF, seed=0)
     decisions = dict(type(trace_gym.make(env_id).unwrapped).decisions)

@@ -1,10 +1,9 @@
 """The property suite over every registered environment id (trace_gym.testing)."""
 
-import os
-
 import pytest
 
 import trace_gym
+from tests.selection import is_swe, swe_kept_in_make_test
 from trace_gym import testing
 
 ENV_IDS = trace_gym.registered_ids()
@@ -21,8 +20,24 @@ CHECKS = [
 ]
 
 
-@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
-@pytest.mark.parametrize("env_id", ENV_IDS)
+SLOW_ON_SWE = {testing.check_split_disjointness}
+"""5-25 s on an SWE environment (hundreds of generated modules): one SWE id in ``make test``."""
+
+
+def _property_params() -> list:
+    keep = swe_kept_in_make_test(ENV_IDS)
+    params = []
+    for env_id in ENV_IDS:
+        for check in CHECKS:
+            long = check in SLOW_ON_SWE and is_swe(env_id) and env_id != keep
+            name = f"{env_id}-{check.__name__.removeprefix('check_')}"
+            params.append(
+                pytest.param(env_id, check, id=name, marks=[pytest.mark.long] if long else [])
+            )
+    return params
+
+
+@pytest.mark.parametrize(("env_id", "check"), _property_params())
 def test_property(env_id, check):
     check(env_id)
 
@@ -39,33 +54,33 @@ def test_cross_process_determinism(env_id):
 # template counts (floors scale down). SWE resets build whole modules: fewer seeds there.
 SLOW_INFORMATION_FREE = {
     "trace/swe-repair-v0": "over 40 s even at 10 seeds",
+    "trace/service-desk-v0": "over 30 s at 10 seeds; its requests are the smaller envs' checks",
     # dozens of refusal policies, each winning about 2 % by design: at 10 seeds two lucky
     # tasks of one code breach the bound, and 30 seeds take a minute each; the default run
     # covers both at 100 seeds in test_refusal_information_free.py
     "trace/precondition-v0": "needs 30 seeds",
     "trace/policy-pressure-v0": "needs 30 seeds",
 }
-"""Run with the suite's default 30 seeds under the ``slow`` marker, and only in the long run
-(``make test-long``): ``make test`` runs slow tests too, and these add minutes."""
-LONG_RUN = os.environ.get("HYPOTHESIS_PROFILE", "") in ("long", "trace-long")
+"""Run with the suite's default 30 seeds, and only in ``make test-long`` (marked ``long``)."""
 
 
 def _suite(env_id: str) -> testing.EnvPropertySuite:
-    swe = env_id.startswith("trace/swe-")
     attributes = {
         "env_id": env_id,
         "information_free_seeds": testing.DEFAULT_SEEDS if env_id in SLOW_INFORMATION_FREE else 10,
-        "rate_seeds": 20 if swe else 150,
+        "rate_seeds": 20 if is_swe(env_id) else 150,
     }
     return type("Suite", (testing.EnvPropertySuite,), attributes)()
 
 
 def _information_free_params() -> list:
-    marks = [
-        pytest.mark.slow,
-        pytest.mark.skipif(not LONG_RUN, reason="long run only (HYPOTHESIS_PROFILE=long)"),
-    ]
-    return [pytest.param(e, marks=marks) if e in SLOW_INFORMATION_FREE else e for e in ENV_IDS]
+    """Every id; the slow ones, and every SWE id but one (5 s each), only in make test-long."""
+    keep = swe_kept_in_make_test([e for e in ENV_IDS if e not in SLOW_INFORMATION_FREE])
+    params = []
+    for env_id in ENV_IDS:
+        long = env_id in SLOW_INFORMATION_FREE or (is_swe(env_id) and env_id != keep)
+        params.append(pytest.param(env_id, marks=[pytest.mark.long] if long else []))
+    return params
 
 
 @pytest.mark.parametrize("env_id", _information_free_params())

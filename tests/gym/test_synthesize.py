@@ -138,7 +138,7 @@ def synthesis(tmp_path_factory):
     return _synthesize(modules, tmp_path_factory.mktemp("user_envs"))
 
 
-@pytest.mark.slow
+@pytest.mark.long  # 2 minutes; the `accepted` tests cover a rejection, its feedback, acceptance
 def test_each_bad_module_is_rejected_by_its_gate(synthesis):
     result, _, _ = synthesis
     for (what, _, gate, phrase), attempt in zip(BAD, result.attempts, strict=False):
@@ -149,7 +149,7 @@ def test_each_bad_module_is_rejected_by_its_gate(synthesis):
         assert phrase in failed[0]["reason"], (what, failed[0]["reason"])
 
 
-@pytest.mark.slow
+@pytest.mark.long  # 2 minutes; the `accepted` tests cover a rejection, its feedback, acceptance
 def test_each_rejection_is_fed_back_to_the_model(synthesis):
     result, model, _ = synthesis
     assert len(model.requests) == len(BAD) + 1

@@ -22,6 +22,7 @@ def load_benchmark():  # noqa: ANN201
     return module
 
 
+@pytest.mark.long  # 40 s of warm start, GRPO and evaluation subprocesses
 def test_learning_benchmark_runs_every_phase_and_resumes(tmp_path, tmp_path_factory):
     bench = load_benchmark()
     model = build_env_tiny(tmp_path_factory.getbasetemp())

@@ -1,5 +1,5 @@
 """benchmarks/warmstart_memory.py and grpo_memory.py on a tiny model: every variant runs in
-its own process and is reported against the first."""
+its own process and is reported against the first. A minute each: only in make test-long."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.train.envtiny import ENV_ID, build_env_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.long
 
 
 def load_benchmark(name: str):
