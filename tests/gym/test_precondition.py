@@ -3,7 +3,6 @@ deliberately broken verifiers."""
 
 import dataclasses
 import json
-import os
 
 import gymnasium as gym
 import pytest
@@ -321,11 +320,7 @@ class TestPreconditionThroughThePublicSuite(testing.EnvPropertySuite):
     rate_seeds = 300
 
     # a minute at 30 seeds, and test_refusal_information_free runs 100 anyway: long run only
-    @pytest.mark.slow
-    @pytest.mark.skipif(
-        os.environ.get("HYPOTHESIS_PROFILE", "") not in ("long", "trace-long"),
-        reason="long run only (HYPOTHESIS_PROFILE=long)",
-    )
+    @pytest.mark.long
     def test_information_free_policies_lose(self) -> None:
         super().test_information_free_policies_lose()
 

@@ -40,7 +40,7 @@ def test_information_free_policies_fail(env_id: str) -> None:
     assert {"oracle", "null", "read_then_stall", "keyword_stuffed"} <= measured
 
 
-@pytest.mark.slow
+@pytest.mark.long  # test_information_free_policies_fail runs the same at 20 seeds
 @pytest.mark.parametrize("env_id", OWN)
 def test_information_free_policies_fail_long(env_id: str) -> None:
     check_information_free(env_id, n_seeds=LONG_SEEDS)
