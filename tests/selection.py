@@ -1,7 +1,7 @@
 """What ``make test`` leaves to ``make test-long``: the ``long`` marker.
 
 ``tests/conftest.py`` deselects ``long`` tests unless pytest runs with ``--long`` (``make
-test-long`` does), so ``make test`` stays near a quarter of an hour on a 2-core machine. A
+test-long`` does), to bring ``make test`` toward a quarter of an hour on a 2-core machine. A
 test is ``long`` when it repeats, at minutes of cost, what a faster test in ``make test``
 already covers: a benchmark script's end-to-end run, the fifth SWE environment of a sweep.
 
