@@ -38,6 +38,7 @@ def pytest_collection_modifyitems(config, items):
 def skip_sandboxed_tests_without_bubblewrap(items):
     import pytest
 
+    from tests.selection import is_swe
     from trace_gym.sandbox import sandbox_available
 
     reason = sandbox_available("bwrap")
@@ -46,6 +47,6 @@ def skip_sandboxed_tests_without_bubblewrap(items):
     skip = pytest.mark.skip(reason=f"needs the bubblewrap sandbox: {reason.split('. ')[0]}")
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        swe = any(isinstance(v, str) and v.startswith("trace/swe-") for v in params.values())
+        swe = any(isinstance(v, str) and is_swe(v) for v in params.values())
         if swe or item.path.name in SANDBOX_FILES or item.get_closest_marker("sandbox"):
             item.add_marker(skip)

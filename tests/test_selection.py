@@ -1,6 +1,6 @@
 """The split between make test and make test-long (tests/selection.py, the ``long`` marker)."""
 
-from tests.selection import one_swe_env_in_make_test
+from tests.selection import is_swe, one_swe_env_in_make_test
 
 
 def _long(param) -> bool:
@@ -33,5 +33,5 @@ def test_make_test_runs_every_fast_property_on_every_environment():
         for check in CHECKS:
             if check not in SLOW_ON_SWE:
                 assert (env_id, check) in in_make_test, (env_id, check.__name__)
-    swe_slow = {e for e, c in in_make_test if c in SLOW_ON_SWE and e.startswith("trace/swe-")}
+    swe_slow = {e for e, c in in_make_test if c in SLOW_ON_SWE and is_swe(e)}
     assert swe_slow == {"trace/swe-repair-v0"}

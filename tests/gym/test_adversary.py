@@ -9,13 +9,13 @@ import gymnasium as gym
 import pytest
 
 import trace_gym
-from tests.selection import one_swe_env_in_make_test
+from tests.selection import is_swe, one_swe_env_in_make_test
 from trace_gym.envs import swe_semantic_precision
 from trace_gym.envs.helpers import swe_common
 from trace_gym.validation.adversary import ATTACKS, CODE_ATTACKS, run_adversary, run_attack
 from trace_gym.validation.validate import _Gates
 
-SWE_IDS = [e.id for e in trace_gym.load_registry() if e.id.startswith("trace/swe-")]
+SWE_IDS = [e.id for e in trace_gym.load_registry() if is_swe(e.id)]
 
 
 @pytest.mark.parametrize("env_id", one_swe_env_in_make_test(SWE_IDS))
