@@ -138,6 +138,17 @@ def _total(values) -> float | None:
     return None if any(v is None for v in values) else round(sum(values), 1)
 
 
+def evaluation_machines(run_dir: Path, folder: str) -> list[dict] | None:
+    """Which CPU played which of a policy's test episodes (``machines.jsonl``: one line per
+    invocation, with its first episode); None for an evaluation older than that file."""
+    from trace_train.evaluate import MACHINES_NAME
+
+    path = run_dir / "evaluate" / folder / MACHINES_NAME
+    if not path.is_file():
+        return None
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def per_task_outcomes(run_dir: Path, policies: list[str]) -> dict:
     """Every policy's held-out outcome per task, in one task order (the base's evaluation
     order), keyed by policy name: what a reader needs to recompute any paired statistic."""
@@ -202,6 +213,8 @@ def summarize(config: PipelineConfig, command: str) -> dict:
                 "vs_plain_grpo": comparison(run_dir, "plain-grpo", folder)
                 if name not in ("base", "plain-grpo")
                 else None,
+                # greedy decoding can differ between CPUs' kernels: where each episode ran
+                "machines": evaluation_machines(run_dir, folder),
             }
         )
     stages = report["stages"]

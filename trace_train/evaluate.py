@@ -14,7 +14,11 @@ environment's internal or infrastructure error) are counted but left out of ever
 
 An interrupted evaluation resumes: a rerun into the same folder keeps the episodes already
 written when the policy (its files' hashes included) and every setting are the same
-(``episodes.resume.json``), and plays only the rest.
+(``episodes.resume.json``), and plays only the rest. Each invocation appends the machine it
+ran on to ``machines.jsonl`` (and ``summary.json``'s ``machines``), with the first episode it
+played: greedy decoding on another CPU's kernels (AVX-512 or AVX2) can pick another token at a
+near tie, so a reader rebuilding an evaluation that spanned machines needs to know which
+episodes ran where.
 """
 
 from __future__ import annotations
@@ -119,11 +123,13 @@ def evaluate(
     kept = earlier_episodes(out, fingerprint, wanted)
     # rewritten with what is kept: a torn last line, or every line when nothing is kept
     trace_gym.write_episodes(episodes_path, kept, append=False)
+    machines = record_machine(out, first_episode=len(kept))
     batch = getattr(policy, "batch_size", None) or cfg.batch_size
     summary: dict[str, Any] = {
         "policy": policy.name,
         "split": cfg.split,
         "difficulty": cfg.difficulty,
+        "machines": machines,
         "envs": {},
     }
     all_records = []
@@ -188,6 +194,25 @@ def evaluate_side_by_side(
 RESUME_NAME = "episodes.resume.json"
 """Beside ``episodes.jsonl``: what its episodes were played with, so a rerun keeps them only
 when nothing that decides an episode changed."""
+MACHINES_NAME = "machines.jsonl"
+"""Beside ``episodes.jsonl``: which machine played which of its episodes."""
+
+
+def record_machine(out: Path, first_episode: int) -> list[dict[str, Any]]:
+    """Appends to ``out/machines.jsonl`` the CPU this invocation plays on, from episode
+    ``first_episode`` on (a fresh start, ``first_episode`` 0, starts the file over), and returns
+    every line: which machine played which episodes of the log."""
+    from trace_train.provenance import machine_cpu
+
+    path = out / MACHINES_NAME
+    earlier = []
+    if first_episode and path.is_file():
+        earlier = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        earlier = [m for m in earlier if m.get("first_episode", 0) < first_episode]
+    line = {"first_episode": first_episode, **machine_cpu()}
+    machines = [*earlier, line]
+    path.write_text("".join(json.dumps(m, sort_keys=True) + "\n" for m in machines))
+    return machines
 
 
 def earlier_episodes(

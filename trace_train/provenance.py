@@ -112,23 +112,7 @@ def machine() -> dict[str, Any]:
     Python and library versions."""
     import torch
 
-    cpu: dict[str, Any] = {
-        "model_name": None,
-        "flags": [],
-        "logical_cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "torch_threads": torch.get_num_threads(),
-        "torch_cpu_capability": _torch_cpu_capability(),
-        "architecture": platform.machine(),
-    }
-    info = Path("/proc/cpuinfo")
-    if info.is_file():
-        text = info.read_text(errors="replace")
-        name = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-        flags = re.search(r"^flags\s*:\s*(.+)$", text, re.M)
-        cpu["model_name"] = name.group(1).strip() if name else None
-        cpu["flags"] = sorted(f for f in (flags.group(1).split() if flags else [])
-                              if CPU_FLAG_PATTERN.match(f))  # fmt: skip
+    cpu = machine_cpu()
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return {
         "cpu": cpu,
@@ -137,6 +121,36 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "versions": library_versions(),
     }
+
+
+def machine_cpu() -> dict[str, Any]:
+    """CPU model, cores, the vector-extension flags and, where torch is installed, its thread
+    count and chosen CPU kernels (None without torch: scripted policies play without it)."""
+    cpu: dict[str, Any] = {
+        "model_name": None,
+        "flags": [],
+        "logical_cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch_threads": None,
+        "torch_cpu_capability": None,
+        "architecture": platform.machine(),
+    }
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        cpu["torch_threads"] = torch.get_num_threads()
+        cpu["torch_cpu_capability"] = _torch_cpu_capability()
+    info = Path("/proc/cpuinfo")
+    if info.is_file():
+        text = info.read_text(errors="replace")
+        name = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+        flags = re.search(r"^flags\s*:\s*(.+)$", text, re.M)
+        cpu["model_name"] = name.group(1).strip() if name else None
+        cpu["flags"] = sorted(f for f in (flags.group(1).split() if flags else [])
+                              if CPU_FLAG_PATTERN.match(f))  # fmt: skip
+    return cpu
 
 
 def _torch_cpu_capability() -> str | None:

@@ -60,10 +60,15 @@ def test_an_interrupted_evaluation_resumes_where_it_stopped(tmp_path, monkeypatc
     again = evaluate(cfg, progress=False)
     assert built[-1].played == [4, 5]  # only what was missing, the torn episode included
     assert again["overall"] == whole["overall"]
+    # each invocation says which machine played from which episode on
+    machines = [json.loads(line) for line in (tmp_path / "machines.jsonl").read_text().splitlines()]
+    assert [m["first_episode"] for m in machines] == [0, 4] and again["machines"] == machines
+    assert machines[1]["model_name"] == machines[0]["model_name"] and "flags" in machines[1]
     assert [r["task_seed"] for r in trace_gym.read_episodes(episodes)] == list(range(6))
     # anything that decides an episode changed: nothing is kept
     evaluate(EvalConfig(**{**cfg.__dict__, "max_turns": 3}), progress=False)
     assert built[-1].played == list(range(6))
+    assert (tmp_path / "machines.jsonl").read_text().count("\n") == 1  # started over
     # a policy handed in built (any in-memory model) is not known by its files: starts over
     handed = _Counting()
     evaluate(EvalConfig(**{**cfg.__dict__, "max_turns": 3}), policy=handed, progress=False)
@@ -83,7 +88,11 @@ def test_policies_evaluated_side_by_side_play_the_same_episodes(tmp_path):
     apart = evaluate_side_by_side(jobs("one"), workers=1)
     together = evaluate_side_by_side(jobs("two"), 2, finished=lambda name, _: ended.append(name))
     assert list(together) == ["oracle", "random"] and sorted(ended) == ["oracle", "random"]
-    assert together == apart
+    # the same outcomes; each summary also says where it ran (threads may differ by process)
+    assert [together[n].pop("machines")[0]["first_episode"] for n in together] == [0, 0]
+    assert together == {
+        n: {k: v for k, v in s.items() if k != "machines"} for n, s in apart.items()
+    }
     assert together["oracle"]["overall"]["success_rate"] == 1.0
     for name in ("oracle", "random"):
         logs = [(tmp_path / f / name / "episodes.jsonl").read_text() for f in ("one", "two")]

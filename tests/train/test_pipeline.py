@@ -301,6 +301,8 @@ def test_targeted_vs_plain_benchmark_records_equal_budgets_and_paired_comparison
     for name, outcomes in per_task["outcomes"].items():
         assert len(outcomes) == len(per_task["task_ids"]) == by_name[name]["episodes"]
         assert sum(outcomes) == by_name[name]["successes"]
+        # and where its episodes ran (one invocation here: one machine from episode 0)
+        assert [m["first_episode"] for m in by_name[name]["machines"]] == [0]
     # what each arm spent beside the equal rollouts
     costs = record["arm_costs"]
     assert costs["trace"]["rollouts"] == costs["plain-grpo"]["rollouts"] == record["trace_rollouts"]
