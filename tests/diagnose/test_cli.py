@@ -127,7 +127,9 @@ def test_sigkill_then_rerun_asks_nothing_twice(make_stub, tmp_path, concurrency)
         *stub_args(stub, "--n-runs", "3", "--max-concurrency", str(concurrency)),
     ]
     proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 60
+    # generous: the wait ends as soon as 40 labels are cached, and 60 s was too short on a
+    # 2-core machine also running two evaluation workers and another job
+    deadline = time.time() + 600
     while _cache_rows(rd / "cache.sqlite") < 40 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     assert _cache_rows(rd / "cache.sqlite") == 40, (
@@ -140,7 +142,7 @@ def test_sigkill_then_rerun_asks_nothing_twice(make_stub, tmp_path, concurrency)
     n_before = len(stub.log)
     stub.config.block_after = None
     stub.release.set()
-    second = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
+    second = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr
     asked_again = [k for k in stub.log[n_before:] if k in done_before]
     assert asked_again == []
