@@ -26,14 +26,9 @@ from pathlib import Path
 
 import yaml
 
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-)
-"""Copies of the base model's tokenizer (3.5 MB each) in adapter folders: without them an
-adapter is loaded with the base model's tokenizer, the same one."""
+# copies of the base model's tokenizer (3.5 MB each) in adapter folders: without them an
+# adapter is loaded with the base model's tokenizer, the same one, and an evaluation resumes
+from trace_train.evaluate import TOKENIZER_FILES
 
 GZIP_OVER_BYTES = 1_000_000
 """Episode logs (JSONL, ~22 KB an episode) over this size are stored gzipped (about 10x

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,7 @@ def evaluate(
     kept = earlier_episodes(out, fingerprint, wanted)
     # rewritten with what is kept: a torn last line, or every line when nothing is kept
     trace_gym.write_episodes(episodes_path, kept, append=False)
-    machines = record_machine(out, first_episode=len(kept))
+    machines = record_machine(out, first_episode=len(kept), playing=len(kept) < len(wanted))
     batch = getattr(policy, "batch_size", None) or cfg.batch_size
     summary: dict[str, Any] = {
         "policy": policy.name,
@@ -196,18 +197,30 @@ RESUME_NAME = "episodes.resume.json"
 when nothing that decides an episode changed."""
 MACHINES_NAME = "machines.jsonl"
 """Beside ``episodes.jsonl``: which machine played which of its episodes."""
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
+"""A tokenizer's files, which training and composing copy unchanged from the base model into
+every adapter and composition folder (training never changes the tokenizer); where a copy is
+missing the base model's own is loaded, the same one."""
 
 
-def record_machine(out: Path, first_episode: int) -> list[dict[str, Any]]:
+def record_machine(out: Path, first_episode: int, playing: bool = True) -> list[dict[str, Any]]:
     """Appends to ``out/machines.jsonl`` the CPU this invocation plays on, from episode
     ``first_episode`` on (a fresh start, ``first_episode`` 0, starts the file over), and returns
-    every line: which machine played which episodes of the log."""
+    every line: which machine played which episodes of the log. An invocation with nothing
+    left to play (a rerun of a finished evaluation) adds no line."""
     from trace_train.provenance import machine_cpu
 
     path = out / MACHINES_NAME
     earlier = []
     if first_episode and path.is_file():
         earlier = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if not playing:
+            return earlier
         earlier = [m for m in earlier if m.get("first_episode", 0) < first_episode]
     line = {"first_episode": first_episode, **machine_cpu()}
     machines = [*earlier, line]
@@ -225,7 +238,15 @@ def earlier_episodes(
     marker = out / RESUME_NAME
     episodes = out / "episodes.jsonl"
     same = fingerprint is not None and marker.is_file()
-    same = same and json.loads(marker.read_text()) == fingerprint
+    if same:
+        changed = _changes(json.loads(marker.read_text()), fingerprint)
+        same = not changed
+        if changed and episodes.is_file() and episodes.stat().st_size:
+            print(
+                f"[trace-train] {out}: starting over, the episodes there were played with "
+                f"other {', '.join(changed)}",
+                file=sys.stderr,
+            )
     if fingerprint is None:
         marker.unlink(missing_ok=True)
     else:
@@ -246,6 +267,32 @@ def earlier_episodes(
             break
         kept.append(record)
     return kept
+
+
+def _changes(earlier: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """What differs between two fingerprints, by name (settings, the policy, each changed
+    file); none when they decide the same episodes. A copy of the base model's tokenizer in an
+    adapter or composition folder is left out (a run snapshot does not store the copies, and
+    present or missing they load the same tokenizer); an ``hf:`` base's own tokenizer counts."""
+
+    def decisive(fingerprint: dict[str, Any]) -> dict[str, Any]:
+        spec = str(fingerprint.get("settings", {}).get("policy", ""))
+        kind, _, rest = spec.partition(":")
+        base = Path(rest.partition("+adapter:")[0]) if kind == "hf" else None
+        files = {
+            path: digest
+            for path, digest in fingerprint.get("files", {}).items()
+            if Path(path).name not in TOKENIZER_FILES or Path(path).parent == base
+        }
+        return {**fingerprint, "files": files}
+
+    earlier, now = decisive(earlier), decisive(now)
+    changed = [key for key in ("settings", "policy") if earlier.get(key) != now.get(key)]
+    return changed + sorted(
+        f"file {path}"
+        for path in earlier["files"].keys() | now["files"].keys()
+        if earlier["files"].get(path) != now["files"].get(path)
+    )
 
 
 def _fingerprint(cfg: EvalConfig, policy_name: str) -> dict[str, Any]:

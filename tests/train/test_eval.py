@@ -65,6 +65,9 @@ def test_an_interrupted_evaluation_resumes_where_it_stopped(tmp_path, monkeypatc
     assert [m["first_episode"] for m in machines] == [0, 4] and again["machines"] == machines
     assert machines[1]["model_name"] == machines[0]["model_name"] and "flags" in machines[1]
     assert [r["task_seed"] for r in trace_gym.read_episodes(episodes)] == list(range(6))
+    # a rerun of the finished evaluation plays nothing and adds no machine line
+    evaluate(cfg, progress=False)
+    assert built[-1].played == [] and (tmp_path / "machines.jsonl").read_text().count("\n") == 2
     # anything that decides an episode changed: nothing is kept
     evaluate(EvalConfig(**{**cfg.__dict__, "max_turns": 3}), progress=False)
     assert built[-1].played == list(range(6))
@@ -73,6 +76,46 @@ def test_an_interrupted_evaluation_resumes_where_it_stopped(tmp_path, monkeypatc
     handed = _Counting()
     evaluate(EvalConfig(**{**cfg.__dict__, "max_turns": 3}), policy=handed, progress=False)
     assert handed.played == list(range(6))
+
+
+def test_a_restored_run_resumes_without_the_tokenizer_copies_a_snapshot_leaves_out(
+    tmp_path, capsys
+):
+    from trace_train.evaluate import earlier_episodes, episode_specs
+
+    spec = "hf:runs/r/base_model+adapter:runs/r/plain-grpo/adapter"
+    played = {
+        "settings": {"policy": spec, "max_turns": 8},
+        "policy": spec,
+        "files": {
+            "runs/r/base_model/model.safetensors": "m",
+            "runs/r/base_model/tokenizer.json": "t",
+            "runs/r/plain-grpo/adapter/adapter_model.safetensors": "a",
+            "runs/r/plain-grpo/adapter/tokenizer.json": "t",  # a copy of the base's
+            "runs/r/plain-grpo/adapter/chat_template.jinja": "c",
+        },
+    }
+    cfg = EvalConfig(policy="oracle", episodes=3, out_dir=str(tmp_path))
+    wanted = [(ENV, s) for s in episode_specs(ENV, cfg)]
+    evaluate(cfg, progress=False)
+    log = (tmp_path / "episodes.jsonl").read_text()
+    (tmp_path / "episodes.resume.json").write_text(json.dumps(played))
+
+    def kept(files):
+        (tmp_path / "episodes.jsonl").write_text(log)
+        return len(earlier_episodes(tmp_path, {**played, "files": files}, wanted))
+
+    restored = {k: v for k, v in played["files"].items() if "adapter/tokenizer" not in k}
+    restored.pop("runs/r/plain-grpo/adapter/chat_template.jinja")
+    assert kept(restored) == 3  # the snapshot dropped the copies: all three episodes resume
+    assert capsys.readouterr().err == ""
+    # the base's own tokenizer, or any other file, decides the episodes
+    assert kept({**played["files"], "runs/r/base_model/tokenizer.json": "other"}) == 0
+    assert "other file runs/r/base_model/tokenizer.json" in capsys.readouterr().err
+    (tmp_path / "episodes.resume.json").write_text(json.dumps(played))
+    retrained = {"runs/r/plain-grpo/adapter/adapter_model.safetensors": "b"}
+    assert kept({**played["files"], **retrained}) == 0
+    assert "adapter/adapter_model.safetensors" in capsys.readouterr().err
 
 
 def test_policies_evaluated_side_by_side_play_the_same_episodes(tmp_path):
